@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.shared import corpora
+from tests.ngram.datamix import write_datamix
+
+QUICKSTART_SOURCES = [
+    "c4-en-sample", "cc-main-2019-sample", "wikipedia-wikitext-sample", "books-public-domain",
+]
+
+
+@pytest.fixture(scope="session")
+def quickstart(tmp_path_factory) -> Path:
+    """Manifest path of a quickstart-like gpt2 datamix built from real corpora."""
+    root = corpora()
+    out = tmp_path_factory.mktemp("ngram_quickstart")
+    return write_datamix(root, out, QUICKSTART_SOURCES)
+
+
+@pytest.fixture(scope="session")
+def train_stream(quickstart) -> np.ndarray:
+    """All train shards of the quickstart datamix concatenated, int32 (manifest order)."""
+    from tokenmill.manifests.schema import load_manifest
+    from tokenmill.pipeline.shards import read_tokens
+
+    m = load_manifest(quickstart)
+    return np.concatenate([np.asarray(read_tokens(quickstart.parent / s.path), dtype=np.int32)
+                           for s in m.shards("train")])

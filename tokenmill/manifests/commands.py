@@ -1,0 +1,57 @@
+"""CLI: ``tokenmill manifest ...`` and ``tokenmill shards ...`` (and ``tokenmill mix``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.validate import validate_manifest
+
+    problems = validate_manifest(args.manifest, log=print)
+    for p in problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s) in {args.manifest}", file=sys.stderr)
+        return 1
+    print(f"OK {args.manifest}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.validate import describe_manifest
+
+    print(describe_manifest(args.manifest))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.validate import inspect_shard
+
+    print(inspect_shard(args.shard, tokenizer=args.tokenizer, docs=args.docs))
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    m = sub.add_parser("manifest", help="validate and read datamix manifests")
+    msub = m.add_subparsers(dest="manifest_command", required=True)
+    v = msub.add_parser("validate", help="re-check every shard's existence, header and sha256")
+    v.add_argument("manifest")
+    v.set_defaults(func=_validate)
+    s = msub.add_parser("show", help="print a manifest's per-source table")
+    s.add_argument("manifest")
+    s.set_defaults(func=_show)
+
+    sh = sub.add_parser("shards", help="inspect and export token shards")
+    shsub = sh.add_subparsers(dest="shards_command", required=True)
+    i = shsub.add_parser("inspect", help="print a shard's header, counts and first documents")
+    i.add_argument("shard")
+    i.add_argument("--tokenizer", default=None, help="encoding (default: from the manifest)")
+    i.add_argument("--docs", type=int, default=3, help="documents to decode")
+    i.set_defaults(func=_inspect)
+    try:  # the training datamix adds `tokenmill mix` and `tokenmill shards export`
+        from tokenmill.manifests.mix_commands import add_mix_commands
+    except ModuleNotFoundError:
+        return
+    add_mix_commands(sub, shsub)

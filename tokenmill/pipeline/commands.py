@@ -1,0 +1,59 @@
+"""CLI: ``tokenmill run DATAMIX``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tokenmill.pipeline.config import load_datamix
+    from tokenmill.pipeline.executor import run_datamix
+    from tokenmill.pipeline.license import LicenseError
+    from tokenmill.pipeline.sources import SourceError
+    from tokenmill.pipeline.summary import summary_table
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    datamix = args.datamix
+    cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
+    local = [s for s in cfg.sources if s.path is not None]
+    if local and args.fallback and not Path(cfg.data_root or ".").is_dir():
+        print(f"tokenmill: data root {cfg.data_root} is missing (no ../shared/data beside "
+              f"this checkout); running the Hub datamix {args.fallback} instead.",
+              file=sys.stderr)
+        datamix = args.fallback
+        cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
+    print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer {cfg.tokenizer}, "
+          f"data root {cfg.data_root}, output {cfg.output_dir}")
+    try:
+        res = run_datamix(cfg, ray_address=args.ray_address, num_cpus=args.num_cpus,
+                          progress=not args.quiet)
+    except (SourceError, LicenseError) as e:
+        print(f"tokenmill: {e}", file=sys.stderr)
+        return 2
+    print()
+    print(summary_table(res.manifest))
+    print()
+    print(f"units: {res.total_units} ({res.reused_units} reused from an earlier run)   "
+          f"wall time: {res.seconds:.1f} s")
+    print(f"shards:   {Path(res.manifest_path).parent / 'shards'}")
+    print(f"manifest: {res.manifest_path}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="curate a datamix into token shards and a manifest")
+    p.add_argument("datamix", help="datamix YAML (e.g. manifests/quickstart.yaml)")
+    p.add_argument("--data-root", default=None,
+                   help="folder of local sources (default: TOKENMILL_DATA_ROOT, then the file's)")
+    p.add_argument("-o", "--output", default=None, help="output folder (default out/NAME)")
+    p.add_argument("--ray-address", default=os.environ.get("TOKENMILL_RAY_ADDRESS"),
+                   help="join a Ray cluster instead of starting an embedded local Ray")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the embedded Ray")
+    p.add_argument("--fallback", default=None,
+                   help="datamix to run instead when the local data root is missing")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_run)

@@ -1,0 +1,174 @@
+"""The datamix file (YAML): which sources to curate, with which licenses and settings.
+
+Example (``manifests/quickstart.yaml``)::
+
+    name: quickstart
+    tokenizer: gpt2
+    data_root: ../shared/data/corpora      # overridden by --data-root / TOKENMILL_DATA_ROOT
+    licenses:
+      allow: [odc-by, cc-by-sa-3.0, public-domain, psf-2.0, gpl-2.0, mit]
+    sources:
+      - name: c4-en-sample
+        path: c4-en-sample                 # a folder laid out like a HF dataset repo
+        weight: 1.0
+      - name: fineweb
+        hub: HuggingFaceFW/fineweb@<commit>   # a Hub dataset at a pinned revision
+        allow_patterns: [sample/10BT/000_00000.parquet]
+        max_documents: 2000
+
+Every field has a default except ``name`` and ``sources``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Per-document Creative Commons licenses that are not usable for training a model
+# that may be used commercially or whose outputs are derivatives: non-commercial (nc)
+# and no-derivatives (nd). Matched as whole words in the normalized license id.
+DEFAULT_DOCUMENT_DENY = ("nc", "nd")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LicenseConfig(_Model):
+    """Source-level allow-list and per-document rules."""
+
+    allow: list[str] = Field(
+        default_factory=lambda: [
+            "odc-by", "cc-by-4.0", "cc-by-3.0", "cc-by-sa-3.0", "cc-by-sa-4.0", "cc0-1.0",
+            "public-domain", "psf-2.0", "gpl-2.0", "mit", "apache-2.0",
+        ],
+        description="source licenses (SPDX-style ids as in HF dataset cards) allowed",
+    )
+    document_deny_terms: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_DOCUMENT_DENY),
+        description="per-document license ids containing any of these terms are rejected",
+    )
+
+
+class SourceConfig(_Model):
+    """One source: a local HF-layout folder (``path``) or a Hub dataset (``hub``)."""
+
+    name: str
+    path: str | None = None
+    hub: str | None = Field(default=None, description="org/name@revision")
+    allow_patterns: list[str] | None = None
+    license: str | None = Field(default=None, description="overrides the dataset card's")
+    weight: float = 1.0
+    text_field: str = "text"
+    document_license: str | None = Field(
+        default=None,
+        description="'cc-attributes': per-document license from Dolma attributes "
+        "named like cc_re__cc_re__cc_by_sa_3_0 (the source license must then be 'other' "
+        "or a per-document marker)",
+    )
+    max_documents: int | None = Field(default=None, description="read at most this many")
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> SourceConfig:
+        if (self.path is None) == (self.hub is None):
+            raise ValueError(f"source {self.name!r}: give exactly one of 'path' or 'hub'")
+        if self.hub is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+(@[\w./-]+)?", self.hub):
+            raise ValueError(f"source {self.name!r}: hub must be 'org/name@revision', "
+                             f"got {self.hub!r}")
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", self.name):
+            raise ValueError(f"source name {self.name!r}: letters, digits, '.', '_', '-' only")
+        return self
+
+
+class FilterConfig(_Model):
+    """Basic length filters (applied after normalization and exact dedup)."""
+
+    min_chars: int = 1
+    max_chars: int = 5_000_000
+    min_words: int = 1
+    max_words: int = 1_000_000
+
+
+class ShardConfig(_Model):
+    tokens_per_shard: int = 10_000_000
+    val_fraction: float = 0.01
+
+    @field_validator("val_fraction")
+    @classmethod
+    def _frac(cls, v: float) -> float:
+        if not 0.0 <= v < 1.0:
+            raise ValueError("val_fraction must be in [0, 1)")
+        return v
+
+
+class DatamixConfig(_Model):
+    """A datamix file, validated. Unknown keys are errors (typos must not pass)."""
+
+    name: str
+    tokenizer: str = "gpt2"
+    data_root: str | None = None
+    output_dir: str | None = None
+    licenses: LicenseConfig = Field(default_factory=LicenseConfig)
+    sources: list[SourceConfig]
+    filters: FilterConfig = Field(default_factory=FilterConfig)
+    shards: ShardConfig = Field(default_factory=ShardConfig)
+    max_document_bytes: int = Field(
+        default=10_000_000, description="a row larger than this (UTF-8 bytes) is quarantined"
+    )
+    files_per_block: int = Field(default=64, description="one-document-per-file sources: "
+                                 "files read by one task")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> DatamixConfig:
+        names = [s.name for s in self.sources]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate source names: {sorted(dup)}")
+        if not self.sources:
+            raise ValueError("a datamix needs at least one source")
+        return self
+
+    def content_dict(self) -> dict[str, Any]:
+        """The config minus where-things-live fields: what the outputs depend on."""
+        d = self.model_dump(mode="json")
+        d.pop("data_root", None)
+        d.pop("output_dir", None)
+        return d
+
+    def sha256(self) -> str:
+        blob = json.dumps(self.content_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def load_datamix(
+    path: str | os.PathLike, data_root: str | None = None, output_dir: str | None = None
+) -> DatamixConfig:
+    """Read and validate a datamix YAML.
+
+    ``data_root`` precedence: argument, then ``TOKENMILL_DATA_ROOT``, then the file's
+    ``data_root`` (relative to the file's folder). Raises ``ValueError`` naming the file
+    and the offending field.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+        cfg = DatamixConfig.model_validate(raw)
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise ValueError(f"{path}: invalid datamix file: {e}") from e
+    root = data_root or os.environ.get("TOKENMILL_DATA_ROOT") or cfg.data_root
+    if root is not None:
+        root_path = Path(root)
+        if not root_path.is_absolute() and root == cfg.data_root:
+            root_path = path.parent / root_path
+        cfg.data_root = str(root_path.resolve())
+    cfg.output_dir = output_dir or cfg.output_dir or str(Path("out") / cfg.name)
+    return cfg

@@ -1,0 +1,258 @@
+"""The executor: plans units of work and chains the stages on Ray.
+
+It only chains stages; what each stage does lives in :mod:`tokenmill.pipeline.units`.
+
+Order of work for ``tokenmill run``:
+
+1. resolve sources (local folders, Hub snapshots) and refuse disallowed licenses;
+2. ``prepare`` tasks, one per unit (a data file, or up to ``files_per_block`` small
+   files): read → per-document license gate → normalize;
+3. exact dedup on the driver: documents in (source order, unit order, row order); the
+   first occurrence of a normalized text wins (16 bytes + key per document held);
+4. ``tokenize`` tasks, one per unit: drop duplicates → length filters → tokenize;
+5. ``write`` tasks, one per source: shards, sidecars, quarantine;
+6. the manifest, written last and atomically.
+
+Every task's output is content-addressed by its inputs and versioned config, so the
+result is byte-identical whatever the number of Ray workers, and a rerun reuses
+finished units.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from tokenmill.manifests.schema import (
+    DatamixManifest,
+    QuarantineEntry,
+    ShardEntry,
+    SourceCounts,
+    SourceEntry,
+)
+from tokenmill.pipeline import units
+from tokenmill.pipeline.config import DatamixConfig
+from tokenmill.pipeline.intermediate import content_hash
+from tokenmill.pipeline.license import check_source_licenses
+from tokenmill.pipeline.readers import is_whole_file
+from tokenmill.pipeline.shards import version_for_vocab
+from tokenmill.pipeline.sources import ResolvedSource, resolve_source
+from tokenmill.tokenizers import identity
+
+log = logging.getLogger(__name__)
+
+PREPARE_VERSION = 1
+TOKENIZE_VERSION = 1
+WRITE_VERSION = 1
+
+
+@dataclass
+class Unit:
+    source: ResolvedSource
+    files: list[str]
+    prepare_digest: str = ""
+    tokenize_digest: str = ""
+    prepare_info: dict[str, Any] = field(default_factory=dict)
+    tokenize_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    manifest_path: Path
+    manifest: DatamixManifest
+    seconds: float
+    reused_units: int
+    total_units: int
+
+
+def _file_stat(root: Path, rel: str) -> list:
+    st = (root / rel).stat()
+    return [rel, st.st_size, st.st_mtime_ns]
+
+
+def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
+    """Split every source into units: each row-format file alone; whole-file documents
+    in groups of ``files_per_block``. The plan depends only on the file lists."""
+    out = []
+    for src in sources:
+        whole = [f for f in src.files if is_whole_file(f)]
+        rows = [f for f in src.files if not is_whole_file(f)]
+        groups = [[f] for f in rows]
+        groups += [whole[i : i + cfg.files_per_block]
+                   for i in range(0, len(whole), cfg.files_per_block)]
+        for files in sorted(groups):
+            out.append(Unit(source=src, files=files))
+    return out
+
+
+def _init_ray(ray_address: str | None, num_cpus: int | None) -> bool:
+    """Start an embedded local Ray (or join ``ray_address``). Returns True if we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    env = {k: os.environ[k] for k in ("TIKTOKEN_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE",
+                                      "HF_HUB_OFFLINE") if k in os.environ}
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
+                              "configure_logging": False}
+    if ray_address:
+        ray.init(address=ray_address, **kwargs)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, **kwargs)
+    return True
+
+
+def _run_tasks(fn, specs: list[dict], desc: str, show: bool) -> list[Any]:
+    """Run ``fn`` over ``specs`` as Ray tasks with a progress bar; results in spec order."""
+    import ray
+
+    remote = ray.remote(max_retries=3, retry_exceptions=False)(fn)
+    refs = [remote.remote(s) for s in specs]
+    index = {r: i for i, r in enumerate(refs)}
+    results: list[Any] = [None] * len(refs)
+    pending = list(refs)
+    with tqdm(total=len(refs), desc=desc, unit="unit", disable=not show) as bar:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for r in ready:
+                results[index[r]] = ray.get(r)
+                bar.update(1)
+    return results
+
+
+def run_datamix(
+    cfg: DatamixConfig, *, ray_address: str | None = None, num_cpus: int | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Curate a datamix into shards + manifest under ``cfg.output_dir``.
+
+    Raises:
+        SourceError / LicenseError: before any work, naming the source (and license).
+    """
+    t0 = time.perf_counter()
+    tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
+    sources = [resolve_source(cfg, s) for s in cfg.sources]
+    check_source_licenses(cfg, sources)
+    out_dir = Path(cfg.output_dir).resolve()
+    work = out_dir / "work"
+    plan = plan_units(cfg, sources)
+    started = _init_ray(ray_address, num_cpus)
+    try:
+        return _execute(cfg, tok, sources, plan, out_dir, work, progress, t0)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
+def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
+    prepare_specs = []
+    for u in plan:
+        sc = u.source.config
+        params = {
+            "v": PREPARE_VERSION, "source": u.source.name, "text_field": sc.text_field,
+            "max_document_bytes": cfg.max_document_bytes, "limit": sc.max_documents,
+            "document_license": sc.document_license,
+            "deny_terms": sorted(cfg.licenses.document_deny_terms),
+        }
+        u.prepare_digest = content_hash(
+            "prepare", params, [_file_stat(u.source.root, f) for f in u.files])
+        prepare_specs.append(params | {
+            "work": str(work), "digest": u.prepare_digest, "root": str(u.source.root),
+            "files": u.files})
+    infos = _run_tasks(units.prepare_unit, prepare_specs, "read+normalize", progress)
+    for u, info in zip(plan, infos, strict=True):
+        u.prepare_info = info
+
+    # Exact dedup on the driver: first occurrence in (source, unit, row) order wins.
+    first: dict[bytes, str] = {}
+    dups_by_unit: list[dict[str, str]] = []
+    for u in tqdm(plan, desc="exact dedup", unit="unit", disable=not progress):
+        keys, hashes = units.read_dedup_keys(str(work), u.prepare_digest)
+        d = {}
+        for k, h in zip(keys, hashes, strict=True):
+            kept = first.setdefault(h, k)
+            if kept != k:
+                d[k] = kept
+        dups_by_unit.append(d)
+
+    filters = cfg.filters.model_dump()
+    tokenize_specs = []
+    for u, dups in zip(plan, dups_by_unit, strict=True):
+        params = {"v": TOKENIZE_VERSION, "filters": filters, "tokenizer": tok.model_dump(),
+                  "val_fraction": cfg.shards.val_fraction}
+        u.tokenize_digest = content_hash("tokenize", params, u.prepare_digest,
+                                         sorted(dups.items()))
+        tokenize_specs.append({
+            "work": str(work), "digest": u.tokenize_digest, "prepare_digest": u.prepare_digest,
+            "source": u.source.name, "duplicates": dups, "filters": filters,
+            "tokenizer": cfg.tokenizer, "val_fraction": cfg.shards.val_fraction})
+    infos = _run_tasks(units.tokenize_unit, tokenize_specs, "filter+tokenize", progress)
+    for u, info in zip(plan, infos, strict=True):
+        u.tokenize_info = info
+
+    shard_version = version_for_vocab(tok.n_vocab)
+    write_specs = []
+    for src in sources:
+        write_specs.append({
+            "work": str(work), "output_dir": str(out_dir), "source": src.name,
+            "units": [(u.prepare_digest, u.tokenize_digest) for u in plan if u.source is src],
+            "tokens_per_shard": cfg.shards.tokens_per_shard, "shard_version": shard_version})
+    written = _run_tasks(units.write_source, write_specs, "write shards", progress)
+
+    manifest = _manifest(cfg, tok, sources, plan, written)
+    path = manifest.write(out_dir)
+    reused = sum(1 for u in plan if u.prepare_info.get("reused") and
+                 u.tokenize_info.get("reused"))
+    return RunResult(path, manifest, time.perf_counter() - t0, reused, len(plan))
+
+
+def _manifest(cfg, tok, sources, plan, written) -> DatamixManifest:
+    entries = []
+    q_entries = []
+    for src, w in zip(sources, written, strict=True):
+        mine = [u for u in plan if u.source is src]
+        quarantined: Counter = Counter()
+        lic_rej: Counter = Counter()
+        lic_acc: Counter = Counter()
+        filtered: Counter = Counter()
+        read = dups = kept = 0
+        for u in mine:
+            p, t = u.prepare_info, u.tokenize_info
+            read += p["read"]
+            quarantined.update(p["read_rejected"])
+            quarantined.update(p["normalize_rejected"])
+            lic_rej.update({k.removeprefix("license:"): v
+                            for k, v in p["license_rejected"].items()})
+            lic_acc.update(p["license_accepted"])
+            dups += t["exact_duplicates"]
+            filtered.update(t["filtered"])
+            kept += t["kept"]
+        shards = [ShardEntry(**s) for s in w["shards"]]
+        counts = SourceCounts(read=read, quarantined=dict(sorted(quarantined.items())),
+                              license_rejected=dict(sorted(lic_rej.items())),
+                              exact_duplicates=dups, filtered=dict(sorted(filtered.items())),
+                              kept=kept)
+        assert counts.read == counts.kept + counts.removed(), f"count mismatch for {src.name}"
+        entries.append(SourceEntry(
+            name=src.name, origin=src.origin, revision=src.revision, license=src.license,
+            mixture_weight=src.config.weight, counts=counts,
+            license_accepted=dict(sorted(lic_acc.items())),
+            tokens={s: sum(x.tokens for x in shards if x.split == s) for s in ("train", "val")},
+            documents={s: sum(x.documents for x in shards if x.split == s)
+                       for s in ("train", "val")},
+            shards=shards,
+            stages={"read": {"rows": read}, "exact_dedup": {"removed": dups},
+                    "length": {"rejected": dict(sorted(filtered.items()))}},
+        ))
+        q_entries.append(QuarantineEntry(**w["quarantine"]))
+    return DatamixManifest(name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(),
+                           tokenizer=tok, sources=entries, quarantine=q_entries)

@@ -1,0 +1,119 @@
+"""Sources: resolve a datamix source to a folder of data files with a license.
+
+A source is a folder laid out like a Hugging Face dataset repository (a ``README.md``
+dataset card whose YAML front matter gives ``license``, data files below it), either
+local or fetched from the Hub with ``huggingface_hub.snapshot_download`` at a pinned
+revision (the resolved commit sha is recorded). Hub downloads honour the usual
+``HF_HOME`` / ``HF_HUB_CACHE`` / ``HF_HUB_OFFLINE`` settings, so an offline machine with
+a filled cache runs exactly the calls a networked one does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tokenmill.pipeline.config import DatamixConfig, SourceConfig
+from tokenmill.pipeline.readers import is_data_file
+
+_CARD = "README.md"
+
+
+class SourceError(ValueError):
+    """A source cannot be used (missing folder, no license, disallowed license...)."""
+
+
+@dataclass
+class ResolvedSource:
+    name: str
+    root: Path
+    origin: str
+    revision: str | None
+    license: str
+    per_document_license: bool
+    files: list[str]  # posix paths relative to root, sorted
+    skipped_files: list[str] = field(default_factory=list)
+    config: SourceConfig | None = None
+
+
+def read_card_license(folder: Path) -> str | None:
+    """The ``license`` of a dataset card's YAML front matter, lowercased, or ``None``."""
+    card = folder / _CARD
+    if not card.exists():
+        return None
+    text = card.read_text(encoding="utf-8", errors="replace")
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
+    if not m:
+        return None
+    try:
+        meta = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as e:
+        raise SourceError(f"{card}: unreadable YAML front matter: {e}") from e
+    lic = meta.get("license")
+    if isinstance(lic, list):
+        lic = lic[0] if len(lic) == 1 else "+".join(map(str, lic))
+    return str(lic).strip().lower() if lic is not None else None
+
+
+def _list_files(root: Path) -> tuple[list[str], list[str]]:
+    files, skipped = [], []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(root).as_posix()
+        if rel == _CARD or any(part.startswith(".") for part in Path(rel).parts):
+            continue
+        (files if is_data_file(rel) else skipped).append(rel)
+    return files, skipped
+
+
+def _snapshot(src: SourceConfig) -> tuple[Path, str]:
+    from huggingface_hub import snapshot_download
+
+    repo_id, _, revision = src.hub.partition("@")
+    patterns = None
+    if src.allow_patterns:
+        patterns = [_CARD, *src.allow_patterns]
+    folder = snapshot_download(
+        repo_id=repo_id, repo_type="dataset", revision=revision or None,
+        allow_patterns=patterns,
+    )
+    folder = Path(folder)
+    return folder, folder.name  # snapshot folders are named by the commit sha
+
+
+def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
+    """Locate a source's files and license. Raises :class:`SourceError` naming the source."""
+    if src.hub is not None:
+        try:
+            root, revision = _snapshot(src)
+        except Exception as e:
+            raise SourceError(f"source {src.name!r}: could not fetch Hub dataset {src.hub} "
+                              f"({type(e).__name__}: {e})") from e
+        origin = f"hub:{src.hub.partition('@')[0]}"
+    else:
+        base = Path(cfg.data_root) if cfg.data_root else Path.cwd()
+        root = (base / src.path).resolve()
+        if not root.is_dir():
+            raise SourceError(f"source {src.name!r}: folder {root} does not exist")
+        revision = None
+        origin = src.path
+    license_ = (src.license or read_card_license(root) or "").lower()
+    if not license_:
+        raise SourceError(f"source {src.name!r}: no license in {root / _CARD} and none set "
+                          "in the datamix file")
+    files, skipped = _list_files(root)
+    if src.allow_patterns and src.hub is None:
+        import fnmatch
+
+        files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
+    if not files:
+        raise SourceError(f"source {src.name!r}: no readable data files under {root}")
+    return ResolvedSource(
+        name=src.name, root=root, origin=origin, revision=revision, license=license_,
+        per_document_license=src.document_license is not None, files=files,
+        skipped_files=skipped, config=src,
+    )

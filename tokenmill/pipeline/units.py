@@ -1,0 +1,262 @@
+"""The work a Ray task does for one unit of input (a file, or a group of small files).
+
+Two content-addressed stages run per unit, then one writer per source:
+
+1. :func:`prepare_unit`: read → per-document license gate → normalize; writes the
+   documents (key, text, exact-dedup hash, metadata) and the rejected rows.
+2. :func:`tokenize_unit`: drop the unit's exact duplicates (decided globally by the
+   driver) → length filters → tokenize (EOT first) → train/val split by key hash.
+3. :func:`write_source`: a source's tokenized units, in order, into shards + sidecars,
+   and its quarantine file.
+
+All three are plain functions of their arguments (the executor wraps them as Ray
+tasks), so the output never depends on which worker ran them or in what order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill.atomic import atomic_open, sha256_file
+from tokenmill.pipeline import quarantine
+from tokenmill.pipeline.filters import LengthFilter
+from tokenmill.pipeline.intermediate import StageOutput
+from tokenmill.pipeline.license import DocumentLicenseGate
+from tokenmill.pipeline.normalize import Normalize
+from tokenmill.pipeline.readers import read_file
+from tokenmill.pipeline.shards import write_shard
+from tokenmill.pipeline.step import Document, Rejection
+from tokenmill.pipeline.tokenize import tokenize_batch
+
+_META_COLUMNS = ("license",)
+
+
+def _write_parquet(path: Path, table: pa.Table) -> None:
+    with atomic_open(path) as f:
+        pq.write_table(table, f, compression="zstd")
+
+
+def text_hash(text: str) -> bytes:
+    """16-byte blake2b of the UTF-8 text: the exact-dedup key (collisions ~2^-64 at 2^32 docs)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
+    """Stage 1 for one unit. ``spec`` keys: work, digest, source, root, files, text_field,
+    max_document_bytes, limit, document_license, deny_terms.
+
+    Returns the done record's ``info``: counters by stage and reason.
+    """
+    out = StageOutput(spec["work"], "prepare", spec["digest"])
+    done = out.load_done()
+    if done is not None:
+        return done["info"] | {"reused": True}
+    rejected: list[Rejection] = []
+    read_reasons: Counter = Counter()
+    n_read = 0
+
+    def read_all():
+        nonlocal n_read
+        for rel in spec["files"]:
+            for item in read_file(Path(spec["root"]), rel, spec["source"], spec["text_field"],
+                                  spec["max_document_bytes"], spec["limit"]):
+                n_read += 1
+                if isinstance(item, Rejection):
+                    read_reasons[item.reason] += 1
+                    rejected.append(item)
+                else:
+                    yield item
+
+    stages = []
+    gate = None
+    if spec["document_license"]:
+        gate = DocumentLicenseGate(spec["deny_terms"])
+        stages.append(gate)
+    norm = Normalize()
+    stages.append(norm)
+    stream = read_all()
+    for st in stages:
+        st.sink = rejected.append
+        stream = st(stream)
+    docs: list[Document] = list(stream)
+    rejected.sort(key=lambda r: r.key)
+
+    cols: dict[str, Any] = {
+        "key": pa.array([d.key for d in docs], pa.string()),
+        "text": pa.array([d.text for d in docs], pa.large_string()),
+        "hash": pa.array([text_hash(d.text) for d in docs], pa.binary(16)),
+    }
+    for m in _META_COLUMNS:
+        if any(m in d.metadata for d in docs):
+            cols[m] = pa.array([d.metadata.get(m) for d in docs], pa.string())
+    out.dir.mkdir(parents=True, exist_ok=True)
+    _write_parquet(out.path(".docs.parquet"), pa.table(cols))
+    quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
+    info = {
+        "read": n_read,
+        "docs": len(docs),
+        "read_rejected": dict(sorted(read_reasons.items())),
+        "license_rejected": dict(sorted(gate.stats.rejected.items())) if gate else {},
+        "license_accepted": dict(sorted(gate.accepted.items())) if gate else {},
+        "normalize_rejected": dict(sorted(norm.stats.rejected.items())),
+    }
+    out.commit([".docs.parquet", ".quarantine.parquet"], info)
+    return info | {"reused": False}
+
+
+def read_dedup_keys(work: str, digest: str) -> tuple[list[str], list[bytes]]:
+    """(keys, hashes) of a prepared unit, in document order."""
+    t = pq.read_table(StageOutput(work, "prepare", digest).path(".docs.parquet"),
+                      columns=["key", "hash"])
+    return t.column("key").to_pylist(), t.column("hash").to_pylist()
+
+
+def split_of(key: str, val_fraction: float) -> str:
+    """Deterministic train/val assignment from the sha256 of the document key."""
+    if val_fraction <= 0:
+        return "train"
+    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return "val" if h < val_fraction * 2**64 else "train"
+
+
+def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
+    """Stage 2 for one unit. ``spec`` keys: work, digest, prepare_digest, duplicates
+    (key → kept key), filters (LengthFilter kwargs), tokenizer, val_fraction."""
+    out = StageOutput(spec["work"], "tokenize", spec["digest"])
+    done = out.load_done()
+    if done is not None:
+        return done["info"] | {"reused": True}
+    prep = StageOutput(spec["work"], "prepare", spec["prepare_digest"])
+    table = pq.read_table(prep.path(".docs.parquet"))
+    dups: dict[str, str] = spec["duplicates"]
+    meta_cols = [c for c in _META_COLUMNS if c in table.column_names]
+    rejected: list[Rejection] = []
+    docs = []
+    keys = table.column("key").to_pylist()
+    texts = table.column("text").to_pylist()
+    metas = {c: table.column(c).to_pylist() for c in meta_cols}
+    for i, (k, t) in enumerate(zip(keys, texts, strict=True)):
+        if k in dups:
+            rejected.append(Rejection(key=k, source=spec["source"], stage="exact_dedup",
+                                      reason="exact_duplicate", duplicate_of=dups[k]))
+            continue
+        docs.append(Document(key=k, source=spec["source"], text=t,
+                             metadata={c: metas[c][i] for c in meta_cols}))
+    length = LengthFilter(**spec["filters"])
+    length.sink = rejected.append
+    kept = list(length(docs))
+    tokens, lengths = tokenize_batch([d.text for d in kept], spec["tokenizer"])
+    rejected.sort(key=lambda r: r.key)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    cols = {
+        "key": pa.array([d.key for d in kept], pa.string()),
+        "split": pa.array([split_of(d.key, spec["val_fraction"]) for d in kept], pa.string()),
+        "tokens": pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()),
+                                                pa.array(tokens, pa.uint32())),
+    }
+    for c in meta_cols:
+        cols[c] = pa.array([d.metadata.get(c) for d in kept], pa.string())
+    _write_parquet(out.path(".tokens.parquet"), pa.table(cols))
+    quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
+    info = {
+        "docs_in": len(keys),
+        "exact_duplicates": sum(1 for k in keys if k in dups),
+        "filtered": dict(sorted(length.stats.rejected.items())),
+        "kept": len(kept),
+        "tokens": int(lengths.sum()),
+    }
+    out.commit([".tokens.parquet", ".quarantine.parquet"], info)
+    return info | {"reused": False}
+
+
+def write_source(spec: dict[str, Any]) -> dict[str, Any]:
+    """Write one source's shards, sidecars and quarantine file.
+
+    ``spec`` keys: work, output_dir, source, units (list of (prepare_digest,
+    tokenize_digest) in order), tokens_per_shard, shard_version.
+    Returns the shard entries (paths relative to output_dir) and quarantine entry.
+    """
+    out_dir = Path(spec["output_dir"])
+    source = spec["source"]
+    shard_dir = out_dir / "shards" / source
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    limit = spec["tokens_per_shard"]
+    shards: list[dict[str, Any]] = []
+    buffers: dict[str, dict[str, list]] = {
+        s: {"tokens": [], "keys": [], "lengths": [], "meta": []} for s in ("train", "val")}
+    counters = {"train": 0, "val": 0}
+    meta_names: list[str] | None = None
+
+    def flush(split: str) -> None:
+        b = buffers[split]
+        if not b["keys"]:
+            return
+        tokens = np.concatenate(b["tokens"])
+        lengths = np.asarray(b["lengths"], dtype=np.uint64)
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.uint64)
+        name = f"{source}_{split}_{counters[split]:06d}.bin"
+        path = shard_dir / name
+        extra = {m: pa.array([row[i] for row in b["meta"]], pa.string())
+                 for i, m in enumerate(meta_names or [])}
+        write_shard(path, tokens, spec["shard_version"], offsets, b["keys"], extra)
+        from tokenmill.pipeline.shards import sidecar_path
+
+        shards.append({
+            "path": path.relative_to(out_dir).as_posix(), "split": split,
+            "version": spec["shard_version"], "tokens": int(tokens.size),
+            "documents": len(b["keys"]), "sha256": sha256_file(path),
+            "sidecar_sha256": sha256_file(sidecar_path(path)),
+        })
+        counters[split] += 1
+        buffers[split] = {"tokens": [], "keys": [], "lengths": [], "meta": []}
+
+    q_tables = []
+    for prep_digest, tok_digest in spec["units"]:
+        q_tables.append(quarantine.read_quarantine(
+            StageOutput(spec["work"], "prepare", prep_digest).path(".quarantine.parquet")))
+        tout = StageOutput(spec["work"], "tokenize", tok_digest)
+        q_tables.append(quarantine.read_quarantine(tout.path(".quarantine.parquet")))
+        table = pq.read_table(tout.path(".tokens.parquet"))
+        names = [c for c in table.column_names if c in _META_COLUMNS]
+        if meta_names is None:
+            meta_names = names
+        col = table.column("tokens").combine_chunks()
+        flat = col.values.to_numpy()
+        offs = col.offsets.to_numpy()
+        metas = [table.column(m).to_pylist() for m in meta_names]
+        for i, (key, split) in enumerate(zip(table.column("key").to_pylist(),
+                                             table.column("split").to_pylist(), strict=True)):
+            n = int(offs[i + 1] - offs[i])
+            b = buffers[split]
+            if b["keys"] and sum(b["lengths"]) + n > limit:
+                flush(split)
+                b = buffers[split]
+            b["tokens"].append(flat[offs[i] : offs[i + 1]])
+            b["keys"].append(key)
+            b["lengths"].append(n)
+            b["meta"].append([m[i] for m in metas])
+    flush("train")
+    flush("val")
+    # Remove shards of an earlier run of this source that the new set does not have.
+    keep = {Path(s["path"]).name for s in shards}
+    for p in shard_dir.iterdir():
+        base = p.name.removesuffix(".docs.parquet").removesuffix(".bin") + ".bin"
+        if base not in keep and (p.suffix == ".bin" or p.name.endswith(".docs.parquet")):
+            os.unlink(p)
+    qtable = pa.concat_tables(q_tables) if q_tables else quarantine.to_table([])
+    qpath = out_dir / "quarantine" / f"{source}.parquet"
+    qpath.parent.mkdir(parents=True, exist_ok=True)
+    quarantine.write_quarantine(qpath, qtable)
+    return {
+        "shards": shards,
+        "quarantine": {"path": qpath.relative_to(out_dir).as_posix(), "rows": qtable.num_rows,
+                       "sha256": sha256_file(qpath)},
+    }
