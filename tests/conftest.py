@@ -23,3 +23,24 @@ def shared_data():
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
+
+
+def run_quickstart_like(out_dir: Path, num_cpus: int = 2, datamix: str = "quickstart.yaml",
+                        data_root: str | None = None, **overrides):
+    """Run a datamix from manifests/ into ``out_dir`` with the embedded Ray."""
+    from tests.shared import corpora
+    from tokenmill.pipeline.config import load_datamix
+    from tokenmill.pipeline.executor import run_datamix
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = load_datamix(repo / "manifests" / datamix, data_root=data_root or str(corpora()),
+                       output_dir=str(out_dir))
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    return run_datamix(cfg, num_cpus=num_cpus, progress=False)
+
+
+@pytest.fixture(scope="session")
+def quickstart(tmp_path_factory):
+    """The quickstart datamix run once per session (2 Ray CPUs): a RunResult."""
+    return run_quickstart_like(tmp_path_factory.mktemp("quickstart") / "out")

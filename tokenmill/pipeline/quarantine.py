@@ -23,8 +23,20 @@ SCHEMA = pa.schema([
 ])
 
 
+def _storable(r: Rejection) -> Rejection:
+    """Text holding lone surrogates cannot be stored as UTF-8: keep it as raw bytes
+    (``surrogatepass``) instead, so nothing is lost."""
+    if r.text is not None:
+        try:
+            r.text.encode("utf-8")
+        except UnicodeEncodeError:
+            r.raw = r.text.encode("utf-8", "surrogatepass")
+            r.text = None
+    return r
+
+
 def to_table(rows: Iterable[Rejection]) -> pa.Table:
-    rows = list(rows)
+    rows = [_storable(r) for r in rows]
     cols = {name: [getattr(r, name) for r in rows] for name in SCHEMA.names}
     return pa.table(cols, schema=SCHEMA)
 

@@ -71,6 +71,39 @@ def backend_for(t: torch.Tensor) -> str:
 _KERNELS: dict[tuple[str, str], object] = {}
 
 
+class _Interpreted:
+    """An interpreted kernel that also works when triton was imported without
+    ``TRITON_INTERPRET=1``: triton's own jitted helpers (``tl.max``, ``tl.sum``,
+    ``tl.zeros``) were then built as compiled-only functions, so they are swapped for
+    interpreted twins during the launch and restored after (not thread-safe)."""
+
+    _HELPERS = ("max", "sum", "zeros")
+
+    def __init__(self, fn):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self._fn = InterpretedFunction(fn)
+        self._twins = {}
+        for name in self._HELPERS:
+            member = getattr(tl, name)
+            if not isinstance(member, InterpretedFunction) and hasattr(member, "fn"):
+                self._twins[name] = (member, InterpretedFunction(member.fn))
+
+    def __getitem__(self, grid):
+        launch = self._fn[grid]
+
+        def run(*args, **kwargs):
+            for name, (_, twin) in self._twins.items():
+                setattr(tl, name, twin)
+            try:
+                return launch(*args, **kwargs)
+            finally:
+                for name, (orig, _) in self._twins.items():
+                    setattr(tl, name, orig)
+
+        return run
+
+
 def _kernel(fn, backend: str):
     """The jitted (compiled) or interpreted version of the raw kernel function ``fn``.
 
@@ -81,9 +114,7 @@ def _kernel(fn, backend: str):
     k = _KERNELS.get(key)
     if k is None:
         if backend == "interpret":
-            from triton.runtime.interpreter import InterpretedFunction
-
-            k = InterpretedFunction(fn)
+            k = _Interpreted(fn)
         else:
             k = triton.jit(fn)
         _KERNELS[key] = k

@@ -1,0 +1,84 @@
+"""Bad rows: each quarantined with its reason, every good row kept, no crash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from tests.shared import corpora
+from tokenmill.pipeline.config import DatamixConfig
+from tokenmill.pipeline.executor import run_datamix
+from tokenmill.pipeline.shards import iter_documents
+from tokenmill.tokenizers import get_encoding
+
+GOOD = ["A perfectly ordinary document.", "Ünïcödé text with é and 中文 and emoji 🎉",
+        "tabs\tand\nnewlines stay"]
+LITERAL = "before <|endoftext|> after, a literal special token inside a document"
+
+
+def _write_bad_source(root: Path) -> dict[int, str]:
+    """A jsonl file mixing good rows and every kind of bad row. Returns row -> reason."""
+    src = root / "badrows"
+    (src / "data").mkdir(parents=True)
+    (src / "README.md").write_text("---\nlicense: mit\n---\nbad rows for tests\n")
+    lines: list[bytes] = []
+    expect: dict[int, str] = {}
+
+    def add(obj=None, raw: bytes | None = None, reason: str | None = None):
+        if reason:
+            expect[len(lines)] = reason
+        lines.append(raw if raw is not None else json.dumps(obj).encode())
+
+    add({"text": GOOD[0]})
+    add({"content": "no text field here"}, reason="missing_text")
+    add({"text": None}, reason="null_text")
+    add({"text": 42}, reason="non_string_text:int")
+    add(raw=b'{"text": "invalid \xff\xfe utf-8 bytes"}', reason="undecodable_bytes")
+    add({"text": GOOD[1]})
+    add({"text": ""}, reason="empty")
+    add({"text": "w " * 10_000_000}, reason="too_large")  # 20 MB
+    add({"text": LITERAL})
+    add(raw=b'{"text": "\\ud800 lone surrogate"}', reason="invalid_unicode")
+    add(raw=b'{"text": "truncated', reason="invalid_json")
+    add({"text": GOOD[2]})
+    add(["not", "an", "object"], reason="not_an_object")
+    (src / "data" / "rows.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return expect
+
+
+def test_bad_rows_are_quarantined_and_good_rows_kept(tmp_path):
+    expect = _write_bad_source(tmp_path)
+    cfg = DatamixConfig(
+        name="bad", tokenizer="gpt2", data_root=str(tmp_path), output_dir=str(tmp_path / "out"),
+        sources=[{"name": "badrows", "path": "badrows"},
+                 {"name": "naughty", "path": str(corpora("naughty-strings"))}],
+        shards={"val_fraction": 0.0},
+    )
+    res = run_datamix(cfg, num_cpus=1, progress=False)
+    out = res.manifest_path.parent
+    q = pq.read_table(out / "quarantine" / "badrows.parquet").to_pylist()
+    got = {int(r["key"].rsplit("#", 1)[1]): r["reason"] for r in q}
+    assert got == expect
+    bad_bytes = next(r for r in q if r["reason"] == "undecodable_bytes")
+    assert b"\xff\xfe" in bad_bytes["raw"] and "line 5" in bad_bytes["detail"]
+
+    enc = get_encoding("gpt2")
+    src = next(s for s in res.manifest.sources if s.name == "badrows")
+    docs = {}
+    for sh in src.shards:
+        for key, toks in iter_documents(out / sh.path):
+            docs[key] = toks
+    texts = {enc.decode(t[1:].tolist()) for t in docs.values()}
+    assert texts == {*GOOD, LITERAL}
+    lit = next(t for t in docs.values() if enc.decode(t[1:].tolist()) == LITERAL)
+    assert lit[0] == enc.eot_token
+    assert enc.eot_token not in lit[1:].tolist(), "literal <|endoftext|> became the special id"
+    assert src.counts.read == 13 and src.counts.kept == 4
+    assert sum(src.counts.quarantined.values()) == len(expect)
+
+    naughty = next(s for s in res.manifest.sources if s.name == "naughty")
+    assert naughty.counts.kept > 450  # nothing crashed; only empties and duplicates went
+    assert set(naughty.counts.quarantined) <= {"empty", "invalid_unicode"}
+    assert naughty.counts.read == naughty.counts.kept + naughty.counts.removed()

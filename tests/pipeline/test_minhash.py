@@ -1,0 +1,308 @@
+"""MinHash-LSH fuzzy dedup (tokenmill.pipeline.minhash) on real corpora."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import random
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from datasketch import MinHash, MinHashLSH
+from datasketch.lsh import _optimal_param
+
+from tests.shared import corpora
+from tokenmill.pipeline.minhash import (
+    FuzzyDedup,
+    fuzzy_dedup,
+    lsh_params,
+    minhash_signatures,
+    murmur3_32,
+    normalize_for_shingles,
+    shingles,
+    to_lean_minhash,
+    to_minhash,
+)
+from tokenmill.pipeline.step import Document
+
+
+def _cc_docs() -> list[tuple[str, str]]:
+    out = []
+    for f in sorted(corpora("cc-main-2019-sample", "data").glob("*.jsonl.gz")):
+        with gzip.open(f, "rt", encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                out.append((f"cc/{f.name}#{i:06d}", json.loads(line)["text"]))
+    return out
+
+
+def _true_jaccard(a: str, b: str, ngram: int = 5) -> float:
+    sa, sb = set(shingles(a, ngram)), set(shingles(b, ngram))
+    return len(sa & sb) / max(1, len(sa | sb))
+
+
+@pytest.fixture(scope="module")
+def ray_2cpu():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+# --------------------------------------------------------------------------- hashing
+def test_murmur3_known_vectors():
+    # reference values of MurmurHash3_x86_32 (smhasher; also mmh3.hash(..., signed=False))
+    assert murmur3_32(b"") == 0
+    assert murmur3_32(b"", seed=1) == 0x514E28B7
+    assert murmur3_32(b"hello") == 0x248BFA47
+    assert murmur3_32(b"The quick brown fox jumps over the lazy dog") == 0x2E4FF723
+
+
+def test_signatures_equal_datasketch_on_real_and_naughty_text():
+    """The numba kernel equals datasketch.MinHash(hashfunc=murmur3_32) updated shingle by
+    shingle, on web text and on strings built to break text code (combining marks,
+    RTL, emoji, zero-width, lone surrogates)."""
+    naughty = json.loads(corpora("naughty-strings", "data", "blns.json").read_text("utf-8"))
+    texts = [t for _, t in _cc_docs()[:25]] + naughty + [
+        "", "   ", "___", "one", "a b c d", "x\ud800y z", "Straße ＦＵＬＬ ﬁ İstanbul",
+        " ".join(naughty[:200]),
+    ]
+    for num_perm, seed, ngram in [(128, 1, 5), (64, 7, 3), (16, 42, 1)]:
+        sig = minhash_signatures(texts, num_perm=num_perm, seed=seed, ngram=ngram)
+        assert sig.shape == (len(texts), num_perm) and sig.dtype == np.uint32
+        for t, row in zip(texts, sig, strict=True):
+            m = MinHash(num_perm=num_perm, seed=seed, hashfunc=murmur3_32)
+            for sh in shingles(t, ngram):
+                m.update(sh)
+            assert np.array_equal(m.hashvalues, row), repr(t[:80])
+
+
+def test_normalization_and_shingles():
+    assert normalize_for_shingles("Hello,  WORLD!! foo_bar\n\tÉté") == "hello world foo bar été"
+    assert shingles("a b c", 5) == [b"a b c"]
+    assert shingles("a b c d e f", 5) == [b"a b c d e", b"b c d e f"]
+    assert shingles("!!!", 5) == []
+
+
+def test_lean_minhash_interop_and_lsh_params():
+    docs = _cc_docs()[:40]
+    sig = minhash_signatures([t for _, t in docs])
+    lean = [to_lean_minhash(s) for s in sig]
+    # datasketch's own estimator on our objects == share of equal values
+    assert lean[0].jaccard(lean[1]) == pytest.approx(float(np.mean(sig[0] == sig[1])))
+    m = to_minhash(sig[2])
+    for sh in shingles(docs[3][1]):
+        m.update(sh)  # continues consistently: union of the two documents
+    assert np.array_equal(m.hashvalues, np.minimum(sig[2], sig[3]))
+    b, r = lsh_params(0.8, 128)
+    assert (b, r) == _optimal_param(0.8, 128, 0.2, 0.8) == (12, 10)
+    assert lsh_params(0.8, 128, 0.5, 0.5) == _optimal_param(0.8, 128, 0.5, 0.5)
+    assert b * r <= 128
+    lsh = MinHashLSH(threshold=0.8, num_perm=128)
+    for (k, _), mh in zip(docs, lean, strict=True):
+        lsh.insert(k, mh)
+    assert docs[0][0] in lsh.query(lean[0])
+
+
+# --------------------------------------------------------------------------- dedup rules
+def _chain(n_docs: int, length: int = 1000, replace: int = 75, seed: int = 0) -> list[str]:
+    """doc i+1 = doc i with a fresh run of ``replace`` words: neighbours' shingle Jaccard
+    ~0.85, falling with distance (doc 0 vs doc 7 ~0.29)."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(200_000)]
+    words = [rng.choice(vocab) for _ in range(length)]
+    docs = [" ".join(words)]
+    for i in range(1, n_docs):
+        start = (i - 1) * (length // n_docs) + 10
+        words = words[:start] + [rng.choice(vocab) for _ in range(replace)] + \
+            words[start + replace:]
+        docs.append(" ".join(words))
+    return docs
+
+
+def test_chain_does_not_collapse(ray_2cpu):
+    """A~B~C~D~...~H: each neighbour pair has true Jaccard ~0.85 (>= threshold 0.8), A vs D
+    ~0.61 and A vs H < 0.5. LSH joins them all into one candidate cluster; the dedup must
+    keep documents that are not near-duplicates of a kept one.
+
+    (Jaccard distance is a metric, so with neighbours at 0.85 A and D cannot be under 0.5
+    Jaccard; the 8-document chain provides the pairs under 0.5.)"""
+    docs = _chain(8)
+    names = "ABCDEFGH"
+    tj = [[_true_jaccard(a, b) for b in docs] for a in docs]
+    for i in range(7):
+        assert 0.82 <= tj[i][i + 1] <= 0.9, tj[i][i + 1]
+    assert tj[0][3] < 0.7 and tj[0][7] < 0.5
+    keys = [f"chain/{c}" for c in names]
+    sig = minhash_signatures(docs)
+    est = dict(zip(keys, sig, strict=True))
+    # worst case for transitivity: bands so wide that every pair is an LSH candidate
+    for kw in ({"bands": 32, "rows": 4}, {}):
+        res = fuzzy_dedup(keys, docs, threshold=0.8, **kw)
+        print(kw, "removed:", res.removed, "counters:", res.counters)
+        if kw:
+            assert res.counters["candidate_clusters"] == 1, "the chain is one LSH cluster"
+        kept = [c for c in names if f"chain/{c}" not in res.removed]
+        assert "A" in kept and len(kept) >= 3, kept
+        assert "H" in kept, "A vs H is under 0.5 Jaccard"
+        for k, (twin, j) in res.removed.items():
+            assert twin not in res.removed
+            assert j == pytest.approx(float(np.mean(est[k] == est[twin])))
+            assert j >= 0.8
+        if kw:  # all pairs compared: kept documents are pairwise below the threshold
+            for a in kept:
+                for b in kept:
+                    if a < b:
+                        assert np.mean(est[f"chain/{a}"] == est[f"chain/{b}"]) < 0.8
+
+
+def test_exact_duplicates_and_twins_on_cc_main(ray_2cpu):
+    """cc-main-2019-sample: every group of identical texts keeps exactly one document (the
+    lowest key); no removed document is below the threshold with its kept twin (estimated,
+    recomputed independently with datasketch), and true shingle Jaccard agrees."""
+    docs = _cc_docs()
+    keys = [k for k, _ in docs]
+    texts = [t for _, t in docs]
+    res = fuzzy_dedup(keys, texts, threshold=0.8)
+    print("cc-main:", res.counters, "params:", res.params, "clusters:", res.cluster_sizes[:10])
+    by_key = dict(docs)
+    groups = defaultdict(list)
+    for k, t in docs:
+        if normalize_for_shingles(t):
+            groups[t].append(k)
+    multi = [g for g in groups.values() if len(g) > 1]
+    assert multi, "the sample is known to hold exact duplicates"
+    for g in multi:
+        survivors = [k for k in g if k not in res.removed]
+        assert survivors == [min(g)], (g, survivors)
+    assert res.removed
+    worst_true = 1.0
+    for k, (twin, j) in res.removed.items():
+        assert twin not in res.removed and twin < k
+        a = MinHash(num_perm=128, seed=1, hashfunc=murmur3_32)
+        b = MinHash(num_perm=128, seed=1, hashfunc=murmur3_32)
+        a.update_batch(shingles(by_key[k]))
+        b.update_batch(shingles(by_key[twin]))
+        assert a.jaccard(b) == pytest.approx(j) and j >= 0.8, (k, twin, j)
+        worst_true = min(worst_true, _true_jaccard(by_key[k], by_key[twin]))
+    print(f"removed {len(res.removed)}; lowest true Jaccard with kept twin {worst_true:.3f}")
+    assert worst_true >= 0.65
+
+
+def test_determinism_ray_workers_and_input_order():
+    """Same removals with 1 and 2 Ray CPUs, any task split, and shuffled input order."""
+    import ray
+
+    docs = _cc_docs() + [(f"chain/{i}", t) for i, t in enumerate(_chain(8))]
+    keys = [k for k, _ in docs]
+    texts = [t for _, t in docs]
+    results = []
+    for cpus in (1, 2):
+        ray.shutdown()
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        results.append(fuzzy_dedup(keys, texts))
+        results.append(fuzzy_dedup(keys, texts, n_tasks=9))
+    perm = list(range(len(docs)))
+    random.Random(3).shuffle(perm)
+    results.append(fuzzy_dedup([keys[i] for i in perm], [texts[i] for i in perm]))
+    ray.shutdown()
+    first = results[0]
+    assert first.removed
+    for r in results[1:]:
+        assert r.removed == first.removed
+        assert r.cluster_sizes == first.cluster_sizes
+
+
+def test_stage_quarantines_with_twin(ray_2cpu):
+    docs = _chain(4, replace=20)
+    stage = FuzzyDedup()
+    got = []
+    stage.sink = got.append
+    out = list(stage([Document(key=f"c/{i}", source="c", text=t) for i, t in enumerate(docs)]))
+    assert [d.key for d in out] == ["c/0"]
+    assert [(r.key, r.duplicate_of, r.reason) for r in got] == [
+        (f"c/{i}", "c/0", "fuzzy_dedup:near_duplicate") for i in (1, 2, 3)]
+    assert all(r.detail.startswith("jaccard=") for r in got)
+    assert stage.stats.to_dict()["rejected"] == {"fuzzy_dedup:near_duplicate": 3}
+    assert stage.result.params["bands"] * stage.result.params["rows"] <= 128
+
+
+def test_duplicate_keys_rejected():
+    with pytest.raises(ValueError, match="duplicate document keys"):
+        fuzzy_dedup(["a", "a"], ["x", "y"])
+
+
+# --------------------------------------------------------------------------- Clough & Stevenson
+def _decode(raw: bytes) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("cp1252", errors="replace")
+    # CRLF, CR and NEL (U+0085, and cp1252's 0x85 decoded as an ellipsis) line ends
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x85", "\n")
+
+
+def _clough():
+    root = corpora("neardup-clough-stevenson", "data")
+    rows = list(csv.DictReader((root / "file_information.csv").open(encoding="utf-8")))
+    texts = {}
+    for task in "abcde":
+        texts[f"cs/0-orig_task{task}"] = _decode((root / f"orig_task{task}.txt").read_bytes())
+    labels = {}
+    for r in rows:
+        key = f"cs/1-{r['File'][:-4]}"
+        texts[key] = _decode((root / r["File"]).read_bytes())
+        labels[key] = (r["Category"], f"cs/0-orig_task{r['Task']}")
+    return texts, labels
+
+
+def _confusion(texts, labels, res):
+    """An answer is found when it and its source end in the same duplicate group (kept
+    document + its removed twins)."""
+    def group(k):
+        return res.removed[k][0] if k in res.removed else k
+
+    found = defaultdict(int)
+    total = defaultdict(int)
+    for key, (cat, src) in labels.items():
+        total[cat] += 1
+        found[cat] += group(key) == group(src)
+    return found, total
+
+
+def test_clough_stevenson_confusion(ray_2cpu):
+    """Default settings (Jaccard 0.8 on word 5-grams): prints the confusion table. Asserts
+    what the data allows: no ``non`` answer is found, and every answer whose true shingle
+    Jaccard with its source is at or above 0.85 is found."""
+    texts, labels = _clough()
+    keys = sorted(texts)
+    res = fuzzy_dedup(keys, [texts[k] for k in keys])
+    found, total = _confusion(texts, labels, res)
+    print("\ncategory  answers  found-as-near-dup  true-J>=0.8  mean-true-J")
+    for cat in ("cut", "light", "heavy", "non"):
+        tj = [_true_jaccard(texts[k], texts[s]) for k, (c, s) in labels.items() if c == cat]
+        print(f"{cat:8s}  {total[cat]:7d}  {found[cat]:17d}  {sum(j >= 0.8 for j in tj):11d}"
+              f"  {np.mean(tj):.3f}")
+    assert found["non"] == 0
+    for key, (cat, src) in labels.items():
+        if _true_jaccard(texts[key], texts[src]) >= 0.85:
+            assert res.removed.get(key, (None,))[0] == src, (key, cat)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 3's criterion (every cut, >=80% light at default settings) is not reachable by "
+    "Jaccard near-dup detection on this corpus: answers are ~200-word excerpts of ~300-500 "
+    "word sources (median cut Jaccard ~0.3), and 2 cut answers (g2pE_taskc, g4pD_taskb) "
+    "share no word 5-gram with their source file at all"))
+def test_clough_stevenson_issue_criterion(ray_2cpu):
+    texts, labels = _clough()
+    keys = sorted(texts)
+    res = fuzzy_dedup(keys, [texts[k] for k in keys])
+    found, total = _confusion(texts, labels, res)
+    assert found["cut"] == total["cut"] and found["light"] >= 0.8 * total["light"]
+    assert found["non"] == 0

@@ -1,0 +1,86 @@
+"""End-to-end: the quickstart datamix over the real corpora."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tests.shared import corpora
+from tokenmill.manifests.validate import validate_manifest
+from tokenmill.pipeline.normalize import normalize_text
+from tokenmill.pipeline.readers import read_file
+from tokenmill.pipeline.shards import iter_documents, read_tokens
+from tokenmill.pipeline.sources import _list_files
+from tokenmill.pipeline.step import Document
+from tokenmill.tokenizers import get_encoding
+
+
+def _normalized_texts(source: str, folder: Path) -> dict[str, str]:
+    files, _ = _list_files(folder)
+    out = {}
+    for rel in files:
+        for item in read_file(folder, rel, source):
+            if isinstance(item, Document):
+                out[item.key] = normalize_text(item.text)
+    return out
+
+
+def test_every_kept_document_decodes_to_its_normalized_text(quickstart):
+    m = quickstart.manifest
+    root = quickstart.manifest_path.parent
+    assert validate_manifest(quickstart.manifest_path) == []
+    enc = get_encoding("gpt2")
+    checked = 0
+    for src in m.sources:
+        expected = _normalized_texts(src.name, corpora(src.origin))
+        n_docs = 0
+        for shard in src.shards:
+            for key, toks in iter_documents(root / shard.path):
+                assert toks[0] == enc.eot_token, key
+                assert enc.eot_token not in toks[1:].tolist(), key
+                assert enc.decode(toks[1:].tolist()) == expected[key], key
+                n_docs += 1
+        assert n_docs == src.counts.kept == sum(src.documents.values())
+        checked += n_docs
+    assert checked > 2000
+    # the per-document license gate removed nc/nd documents and counted them
+    cc = next(s for s in m.sources if s.name == "cc-main-2019-sample")
+    assert sum(cc.counts.license_rejected.values()) > 100
+    assert all(("-nc" in k or "-nd" in k or k == "none") for k in cc.counts.license_rejected)
+    assert cc.counts.exact_duplicates > 0
+    assert {s.split for s in m.shards()} == {"train", "val"}
+
+
+def _load_data_shard(file: Path) -> torch.Tensor:
+    """modded-nanogpt's reader (train_gpt.py), verbatim in behaviour, pinning left out on CPU."""
+    header = torch.from_file(str(file), False, 256, dtype=torch.int32)
+    assert header[0] == 20240520, "magic number mismatch in the data .bin file"
+    assert header[1] == 1, "unsupported version"
+    num_tokens = int(header[2])
+    with file.open("rb", buffering=0) as f:
+        tokens = torch.empty(num_tokens, dtype=torch.uint16)
+        f.seek(256 * 4)
+        nbytes = f.readinto(tokens.numpy())
+        assert nbytes == 2 * num_tokens, "number of tokens read does not match header"
+    return tokens
+
+
+def test_modded_nanogpt_reader_gets_the_same_tokens(quickstart):
+    root = quickstart.manifest_path.parent
+    for shard in quickstart.manifest.shards():
+        theirs = _load_data_shard(root / shard.path).numpy()
+        ours = np.asarray(read_tokens(root / shard.path))
+        assert theirs.dtype == np.uint16 and theirs.shape == (shard.tokens,)
+        np.testing.assert_array_equal(theirs, ours)
+
+
+def test_rerun_reuses_every_unit(quickstart, tmp_path):
+    from tests.conftest import run_quickstart_like
+
+    out = quickstart.manifest_path.parent
+    before = quickstart.manifest_path.read_bytes()
+    res = run_quickstart_like(out, num_cpus=2)
+    assert res.reused_units == res.total_units
+    assert res.manifest_path.read_bytes() == before

@@ -1,0 +1,487 @@
+"""The training datamix: a mix spec (YAML) planned over curation manifests.
+
+A pretraining run is specified by its datamix: which curated sources, in what
+proportion, for how many tokens, repeating small sources up to a limit (Marin, for
+instance, repeats some data up to 7 times and schedules weights by step). This module
+turns a **mix spec** into a **training datamix manifest** that the loader
+(:mod:`tokenmill.train.data`) and the modded-nanogpt exporter
+(:mod:`tokenmill.manifests.export`) follow exactly.
+
+Mix spec (YAML; paths relative to the spec file)::
+
+    name: quickstart-mix
+    manifests: [../out/quickstart/manifest.json]   # one or more curation manifests
+    target_tokens: 20_000_000                       # token budget of the run
+    seed: 1234
+    on_shortfall: shrink        # shrink (default): a short source lowers the total;
+                                # redistribute: the others grow (within their caps)
+    sources:                    # mix name -> weight, max epochs; order is kept
+      c4: {source: c4-en-sample, weight: 0.5, max_epochs: 1}
+      wiki: {source: wikipedia-wikitext-sample, weight: 0.3, max_epochs: 7}
+      books: {source: books-public-domain, manifest: quickstart, weight: 0.2}
+    schedule:                   # optional: piecewise-constant weights from `at` on
+      unit: tokens              # or steps (then tokens_per_step is required)
+      points:
+        - {at: 10_000_000, weights: {c4: 0.3, wiki: 0.5}}   # unlisted keep their weight
+
+Planning (:func:`plan_mix`): weights are normalized per schedule segment; a source's
+requested tokens are the sum over segments of segment length x weight; its cap is
+``available train tokens x max_epochs``. A source whose request exceeds its cap is
+granted the cap and a warning states the shortfall (never silent clipping); with
+``shrink`` the total budget falls by the shortfall, with ``redistribute`` the other
+sources are scaled up by one common factor (water-filling, each within its own cap).
+Each source's per-segment tokens are scaled by its grant/request, which gives the
+effective per-segment weights the loader realizes. Sources granted less than one epoch
+use a document-aligned prefix of each of their shards (the same fraction of each), so
+the manifest's token ranges are exactly what a trainer may read.
+
+The training datamix manifest is JSON (sorted keys, no timestamps, paths relative to
+its own folder): same inputs, same bytes. It carries the sha256 of each curation
+manifest, shard and sidecar it references, and of the spec.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tokenmill.atomic import atomic_write_text, sha256_bytes, sha256_file
+from tokenmill.manifests.schema import DatamixManifest, ShardEntry, load_manifest
+from tokenmill.pipeline.shards import read_sidecar, sidecar_path
+from tokenmill.tokenizers import TokenizerIdentity, TokenizerMismatchError
+
+MIX_SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- spec
+
+
+class MixSourceSpec(_Model):
+    source: str | None = Field(default=None, description="curation source name (default: key)")
+    manifest: str | None = Field(
+        default=None, description="curation manifest name or path, when the name is ambiguous")
+    weight: float = Field(ge=0.0, description="mixture weight (normalized over sources)")
+    max_epochs: float = Field(default=1.0, gt=0.0, description="max passes over the source")
+
+
+class SchedulePoint(_Model):
+    at: int = Field(gt=0, description="token count (or step) from which these weights hold")
+    weights: dict[str, float]
+
+
+class ScheduleSpec(_Model):
+    unit: Literal["tokens", "steps"] = "tokens"
+    tokens_per_step: int | None = Field(default=None, gt=0)
+    points: list[SchedulePoint]
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleSpec:
+        if self.unit == "steps" and not self.tokens_per_step:
+            raise ValueError("schedule.unit 'steps' needs schedule.tokens_per_step")
+        ats = [p.at for p in self.points]
+        if ats != sorted(set(ats)):
+            raise ValueError(f"schedule points must have strictly increasing `at`, got {ats}")
+        return self
+
+
+class MixSpec(_Model):
+    """A mix spec (see the module docstring for the YAML form)."""
+
+    name: str
+    manifests: list[str] = Field(min_length=1)
+    target_tokens: int = Field(gt=0)
+    seed: int = 0
+    on_shortfall: Literal["shrink", "redistribute"] = "shrink"
+    sources: dict[str, MixSourceSpec] = Field(min_length=1)
+    schedule: ScheduleSpec | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> MixSpec:
+        if sum(s.weight for s in self.sources.values()) <= 0:
+            raise ValueError("mix spec: all source weights are 0")
+        for p in self.schedule.points if self.schedule else []:
+            unknown = sorted(set(p.weights) - set(self.sources))
+            if unknown:
+                raise ValueError(f"schedule point at {p.at}: unknown sources {unknown}; "
+                                 f"known: {list(self.sources)}")
+        return self
+
+
+def load_spec(path: str | os.PathLike) -> MixSpec:
+    """Read a mix spec YAML file. Raises ``ValueError`` naming the file on bad content."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+        return MixSpec.model_validate(data)
+    except (yaml.YAMLError, ValueError) as e:
+        raise ValueError(f"{p}: invalid mix spec: {e}") from e
+
+
+# ----------------------------------------------------------------------- manifest
+
+
+class MixShard(_Model):
+    path: str = Field(description="shard .bin path, relative to the training manifest folder")
+    split: Literal["train", "val"]
+    version: int
+    tokens: int = Field(description="tokens in the whole shard")
+    documents: int
+    sha256: str
+    sidecar_sha256: str
+    start: int = Field(description="first token of the usable range (a document start)")
+    end: int = Field(description="end (exclusive) of the usable range (a document end)")
+    range_tokens: int
+    range_documents: int
+
+
+class MixSource(_Model):
+    name: str = Field(description="name in the mix spec")
+    manifest: int = Field(description="index into curation_manifests")
+    source: str = Field(description="source name in the curation manifest")
+    weight: float = Field(description="requested share at token 0 (normalized)")
+    requested_share: float = Field(description="requested tokens / requested total")
+    max_epochs: float
+    available_tokens: int = Field(description="train tokens of the source (EOT included)")
+    available_documents: int
+    requested_tokens: int
+    epochs_needed: float = Field(description="requested_tokens / available_tokens")
+    granted_tokens: int
+    epochs: float = Field(description="granted_tokens / available_tokens (fractional)")
+    effective_weight: float = Field(description="granted_tokens / total_tokens")
+    shortfall_tokens: int
+    shards: list[MixShard] = Field(description="train shards with the token ranges to use")
+    val_shards: list[MixShard]
+
+
+class MixSegment(_Model):
+    start_token: int = Field(description="first token of this segment in the mixed stream")
+    tokens: int
+    weights: dict[str, float] = Field(description="effective weight per source (sums to 1)")
+
+
+class CurationRef(_Model):
+    name: str
+    path: str = Field(description="relative to the training manifest folder")
+    sha256: str
+
+
+class TrainingMixManifest(_Model):
+    """A training datamix manifest (``tokenmill mix build``)."""
+
+    schema_version: int = MIX_SCHEMA_VERSION
+    kind: Literal["training-mix"] = "training-mix"
+    name: str
+    spec: dict[str, Any]
+    spec_sha256: str
+    seed: int
+    target_tokens: int
+    total_tokens: int
+    tokenizer: TokenizerIdentity
+    curation_manifests: list[CurationRef]
+    sources: list[MixSource]
+    segments: list[MixSegment]
+    warnings: list[str]
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+    def write(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        atomic_write_text(path, self.to_json())
+        return path
+
+
+def load_mix_manifest(path: str | os.PathLike) -> TrainingMixManifest:
+    """Read a training datamix manifest.
+
+    Raises:
+        ValueError: the file is not a training datamix manifest of a known schema version.
+    """
+    p = Path(path)
+    data = json.loads(p.read_text())
+    if data.get("kind") != "training-mix":
+        raise ValueError(f"{p}: not a training datamix manifest (kind={data.get('kind')!r}); "
+                         "make one with `tokenmill mix build`")
+    if data.get("schema_version") != MIX_SCHEMA_VERSION:
+        raise ValueError(f"{p}: training datamix schema_version {data.get('schema_version')} "
+                         f"is not {MIX_SCHEMA_VERSION}")
+    return TrainingMixManifest.model_validate(data)
+
+
+# ----------------------------------------------------------------------- planning
+
+
+class MixPlan(_Model):
+    """The result of :func:`plan_mix`: the manifest with paths relative to ``root``."""
+
+    manifest: TrainingMixManifest
+    root: str = Field(description="folder the manifest's relative paths are relative to")
+
+    def table(self) -> str:
+        return plan_table(self.manifest)
+
+
+def _resolve_manifests(spec: MixSpec, base: Path) -> list[tuple[Path, DatamixManifest]]:
+    out = []
+    for m in spec.manifests:
+        p = Path(m)
+        p = p if p.is_absolute() else base / p
+        if p.is_dir():
+            p = p / "manifest.json"
+        if not p.exists():
+            raise FileNotFoundError(f"curation manifest {p} (from the mix spec) not found")
+        out.append((p, load_manifest(p)))
+    first_path, first = out[0]
+    for p, m in out[1:]:
+        if m.tokenizer != first.tokenizer:
+            raise TokenizerMismatchError(
+                f"curation manifests use different tokenizers: {first_path} has "
+                f"{first.tokenizer.short()} but {p} has {m.tokenizer.short()}; "
+                "a datamix needs one tokenizer identity")
+    return out
+
+
+def _find_source(key: str, s: MixSourceSpec, mans: list[tuple[Path, DatamixManifest]]):
+    want = s.source or key
+    hits = []
+    for i, (p, m) in enumerate(mans):
+        if s.manifest is not None and s.manifest not in (m.name, str(p), p.name, p.parent.name):
+            continue
+        hits += [(i, src) for src in m.sources if src.name == want]
+    if not hits:
+        known = sorted({f"{m.name}:{src.name}" for _, m in mans for src in m.sources})
+        raise ValueError(f"mix source {key!r}: no curation source named {want!r}"
+                         f"{' in manifest ' + repr(s.manifest) if s.manifest else ''}; "
+                         f"known: {known}")
+    if len(hits) > 1:
+        raise ValueError(f"mix source {key!r}: {want!r} is in several manifests "
+                         f"({[mans[i][1].name for i, _ in hits]}); set `manifest:`")
+    return hits[0]
+
+
+def _segments(spec: MixSpec) -> list[tuple[int, int, dict[str, float]]]:
+    """(start, length, normalized weights) per schedule segment, in tokens."""
+    w = {k: s.weight for k, s in spec.sources.items()}
+    bounds: list[tuple[int, dict[str, float]]] = [(0, dict(w))]
+    if spec.schedule:
+        scale = spec.schedule.tokens_per_step if spec.schedule.unit == "steps" else 1
+        for p in spec.schedule.points:
+            w = {**w, **p.weights}
+            at = p.at * scale
+            if at >= spec.target_tokens:
+                break
+            bounds.append((at, dict(w)))
+    segs = []
+    for j, (start, ws) in enumerate(bounds):
+        end = bounds[j + 1][0] if j + 1 < len(bounds) else spec.target_tokens
+        total = sum(ws.values())
+        if total <= 0:
+            raise ValueError(f"mix spec: all weights are 0 in the segment starting at {start}")
+        segs.append((start, end - start, {k: v / total for k, v in ws.items()}))
+    return segs
+
+
+def _water_fill(req: np.ndarray, cap: np.ndarray, target: float) -> np.ndarray:
+    """Grants g_i = min(cap_i, lam * req_i) with sum g = target (or all capped)."""
+    if cap.sum() <= target:
+        return cap.copy()
+    lo, hi = 0.0, 1.0
+    while np.minimum(cap, hi * req).sum() < target:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if np.minimum(cap, mid * req).sum() < target:
+            lo = mid
+        else:
+            hi = mid
+    return np.minimum(cap, hi * req)
+
+
+def _ranges(shards: list[ShardEntry], folder: Path, frac: float) -> list[tuple[int, int, int]]:
+    """(start, end, documents) per shard: all of it, or a document-aligned prefix of
+    ``frac`` of its tokens (at least one document)."""
+    out = []
+    for s in shards:
+        if frac >= 1.0:
+            out.append((0, s.tokens, s.documents))
+            continue
+        side = read_sidecar(folder / s.path)
+        off = side.column("offset").to_numpy().astype(np.int64)
+        n = side.column("n_tokens").to_numpy().astype(np.int64)
+        ends = off + n
+        want = math.ceil(frac * s.tokens)
+        k = int(np.searchsorted(ends, want, side="left")) + 1
+        k = max(1, min(k, len(ends)))
+        out.append((0, int(ends[k - 1]), k))
+    return out
+
+
+def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
+             verify: bool = False) -> MixPlan:
+    """Plan a training datamix.
+
+    Args:
+        spec: the mix spec; its manifest paths are relative to ``spec_dir``.
+        out_dir: folder the training manifest will live in (paths are made relative to
+            it); default ``spec_dir``.
+        verify: recompute the sha256 of every shard and sidecar and compare with the
+            curation manifest (slow for large sets).
+
+    Raises:
+        TokenizerMismatchError: the curation manifests use different tokenizers (names both).
+        ValueError: an unknown or ambiguous source, a source with no train tokens but a
+            positive weight, or (``verify``) a shard whose sha256 differs.
+        FileNotFoundError: a curation manifest is missing.
+    """
+    base = Path(spec_dir).resolve()
+    root = Path(out_dir).resolve() if out_dir is not None else base
+    mans = _resolve_manifests(spec, base)
+    keys = list(spec.sources)
+    resolved = [_find_source(k, spec.sources[k], mans) for k in keys]
+    avail = np.array([src.tokens.get("train", 0) for _, src in resolved], dtype=np.float64)
+    segs = _segments(spec)
+    req_seg = np.array([[seg[2][k] * seg[1] for k in keys] for seg in segs], dtype=np.float64)
+    req = req_seg.sum(axis=0)
+    for k, a, r in zip(keys, avail, req, strict=True):
+        if r > 0 and a <= 0:
+            raise ValueError(f"mix source {k!r} has weight > 0 but no train tokens")
+    cap = np.floor(avail * np.array([spec.sources[k].max_epochs for k in keys]))
+    if spec.on_shortfall == "shrink":
+        grant = np.minimum(req, cap)
+    else:
+        grant = _water_fill(req, cap, float(spec.target_tokens))
+    grant = np.floor(grant + 1e-6)
+    total = float(grant.sum())
+    scale = np.divide(grant, req, out=np.zeros_like(grant), where=req > 0)
+    g_seg = req_seg * scale[None, :]
+    warnings = []
+    req_total = float(req.sum())
+    for i, k in enumerate(keys):
+        short = req[i] - grant[i]
+        if short > 0.5:
+            warnings.append(
+                f"source {k!r} runs out before its weight is met: needs {int(round(req[i]))} "
+                f"tokens ({req[i] / avail[i]:.3f} epochs) but has {int(avail[i])} tokens x "
+                f"max_epochs {spec.sources[k].max_epochs:g} = {int(cap[i])}; shortfall "
+                f"{int(round(short))} tokens ({100 * short / req_total:.2f}% of the "
+                f"{spec.target_tokens} token budget); effective share "
+                f"{grant[i] / total:.4f} instead of {req[i] / req_total:.4f}")
+    if spec.on_shortfall == "shrink" and total < spec.target_tokens:
+        if warnings:
+            warnings.append(f"total tokens {int(total)} < target {spec.target_tokens} "
+                            f"(on_shortfall: shrink)")
+    elif total < spec.target_tokens:
+        warnings.append(f"every source is capped: total tokens {int(total)} < target "
+                        f"{spec.target_tokens}")
+
+    segments = []
+    pos = 0
+    for j, seg in enumerate(segs):
+        length = float(g_seg[j].sum())
+        if length <= 0:
+            continue
+        ws = {k: float(g_seg[j, i] / length) for i, k in enumerate(keys)}
+        n = int(round(length))
+        segments.append(MixSegment(start_token=pos, tokens=n, weights=ws))
+        pos += n
+    if segments:  # rounding: the last segment ends at the total
+        segments[-1].tokens = int(total) - segments[-1].start_token
+
+    refs = []
+    for p, m in mans:
+        refs.append(CurationRef(name=m.name, path=os.path.relpath(p, root),
+                                sha256=sha256_file(p)))
+    sources = []
+    for i, (k, (mi, src)) in enumerate(zip(keys, resolved, strict=True)):
+        folder = mans[mi][0].parent
+        frac = grant[i] / avail[i] if avail[i] > 0 else 0.0
+        entries = []
+        for split, fr in (("train", frac), ("val", 1.0)):
+            shards = [s for s in src.shards if s.split == split]
+            for s, (a, b, nd) in zip(shards, _ranges(shards, folder, fr), strict=True):
+                absp = folder / s.path
+                if verify:
+                    for what, got, want in (
+                        ("shard", sha256_file(absp), s.sha256),
+                        ("sidecar", sha256_file(sidecar_path(absp)), s.sidecar_sha256)):
+                        if got != want:
+                            raise ValueError(f"{absp}: {what} sha256 {got} != curation "
+                                             f"manifest {want}")
+                entries.append(MixShard(
+                    path=os.path.relpath(absp, root), split=split, version=s.version,
+                    tokens=s.tokens, documents=s.documents, sha256=s.sha256,
+                    sidecar_sha256=s.sidecar_sha256, start=a, end=b, range_tokens=b - a,
+                    range_documents=nd))
+        sources.append(MixSource(
+            name=k, manifest=mi, source=src.name, weight=float(segs[0][2][k]),
+            requested_share=float(req[i] / req_total), max_epochs=spec.sources[k].max_epochs,
+            available_tokens=int(avail[i]), available_documents=src.documents.get("train", 0),
+            requested_tokens=int(round(req[i])), epochs_needed=float(req[i] / avail[i]),
+            granted_tokens=int(grant[i]), epochs=float(frac),
+            effective_weight=float(grant[i] / total) if total else 0.0,
+            shortfall_tokens=int(round(max(0.0, req[i] - grant[i]))),
+            shards=[e for e in entries if e.split == "train"],
+            val_shards=[e for e in entries if e.split == "val"]))
+    spec_json = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+    manifest = TrainingMixManifest(
+        name=spec.name, spec=spec.model_dump(mode="json"),
+        spec_sha256=sha256_bytes(spec_json.encode()), seed=spec.seed,
+        target_tokens=spec.target_tokens, total_tokens=int(total),
+        tokenizer=mans[0][1].tokenizer, curation_manifests=refs, sources=sources,
+        segments=segments, warnings=warnings)
+    return MixPlan(manifest=manifest, root=str(root))
+
+
+def plan_spec_file(spec_path: str | os.PathLike, out_path: str | os.PathLike | None = None,
+                   verify: bool = False) -> MixPlan:
+    """:func:`plan_mix` for a spec file; paths relative to ``out_path``'s folder if given."""
+    spec_path = Path(spec_path)
+    out_dir = Path(out_path).resolve().parent if out_path is not None else None
+    return plan_mix(load_spec(spec_path), spec_path.parent, out_dir=out_dir, verify=verify)
+
+
+def build_mix(spec_path: str | os.PathLike, out_path: str | os.PathLike,
+              verify: bool = False) -> TrainingMixManifest:
+    """Plan ``spec_path`` and write the training datamix manifest to ``out_path``
+    atomically. Returns the manifest."""
+    plan = plan_spec_file(spec_path, out_path, verify=verify)
+    plan.manifest.write(out_path)
+    return plan.manifest
+
+
+def plan_table(m: TrainingMixManifest) -> str:
+    """The plan as a text table: source, available tokens, requested share, epochs
+    needed, granted tokens, effective share (plus max epochs, epochs and shortfall)."""
+    head = ("source", "available", "req share", "epochs needed", "max ep", "granted",
+            "epochs", "eff share", "shortfall")
+    rows = [head]
+    for s in m.sources:
+        rows.append((s.name, f"{s.available_tokens:,}", f"{s.requested_share:.4f}",
+                     f"{s.epochs_needed:.3f}", f"{s.max_epochs:g}", f"{s.granted_tokens:,}",
+                     f"{s.epochs:.3f}", f"{s.effective_weight:.4f}",
+                     f"{s.shortfall_tokens:,}"))
+    rows.append(("total", f"{sum(s.available_tokens for s in m.sources):,}", "1.0000", "",
+                 "", f"{m.total_tokens:,}", "", "1.0000",
+                 f"{sum(s.shortfall_tokens for s in m.sources):,}"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
+    lines = []
+    for j, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+        if j == 0 or j == len(rows) - 2:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.append(f"target {m.target_tokens:,} tokens, tokenizer {m.tokenizer.short()}, "
+                 f"seed {m.seed}, {len(m.segments)} schedule segment(s)")
+    lines += [f"WARNING: {w}" for w in m.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,549 @@
+"""Offline suffix-array index over a datamix's shards (infini-gram style).
+
+The technique is infini-gram's (Liu et al., 2024, "Infini-gram: Scaling Unbounded n-gram
+Language Models to a Trillion Tokens", https://github.com/liujch1998/infini-gram): a
+suffix array over the token stream answers the count of any n-gram with two binary
+searches, and the ∞-gram's "longest suffix of the context that occurs in the corpus"
+with a binary search on the suffix length.
+
+On disk (one folder)::
+
+    meta.json      format, tokenizer identity, token dtype, sentinel, one entry per part
+    tokens.bin     every part's tokens, little-endian uint16 (or uint32), concatenated;
+                   each part is one shard's tokens followed by one sentinel token
+    sa.bin         the suffix array of each part, as *global* positions into tokens.bin
+                   (uint32 while the index holds < 2**32 tokens, else uint64), part by part
+    docs.parquet   one row per document: global start position (its EOT) and key
+
+Bytes per token on disk: 2 (uint16 tokens) + 4 (uint32 suffix array) = 6 for gpt2-size
+vocabularies and indices below 4.29 G tokens (+ ~0.02 for the document table).
+
+Parts are built one shard at a time with ``pydivsufsort`` (libdivsufsort, integer
+alphabets) and are queried together: counts add up over parts.
+
+Document boundaries: every document starts with the EOT token, and a part ends with the
+sentinel (the dtype's maximum value, never a token id). An n-gram may contain EOT only as
+its first token (a match at a document start); one with EOT anywhere else would span two
+documents and has count 0. The token following a match at the end of a document is the
+next document's EOT ("the document ends"); the sentinel that ends a part is reported as
+EOT too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba as nb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill.atomic import atomic_open, atomic_write_text, sha256_file
+from tokenmill.manifests.schema import load_manifest
+from tokenmill.pipeline.shards import read_sidecar, read_tokens
+from tokenmill.tokenizers import TokenizerIdentity
+
+FORMAT = "tokenmill-sa-index/1"
+
+
+class IndexError_(ValueError):
+    """A malformed index folder or an invalid query (the message names the file/token)."""
+
+
+# --------------------------------------------------------------------------- numba core
+
+
+@nb.njit(cache=True, inline="always")
+def _cmp(tokens, pos, q, q0, qlen):
+    """Compare the suffix at ``pos`` with ``q[q0:q0+qlen]``: -1 (suffix < q), 0 (q is a
+    prefix of the suffix), 1 (suffix > q). The part's sentinel (max value) stops it."""
+    for k in range(qlen):
+        a = np.int64(tokens[pos + k])
+        b = q[q0 + k]
+        if a < b:
+            return -1
+        if a > b:
+            return 1
+    return 0
+
+
+@nb.njit(cache=True)
+def _range(tokens, sa, lo, hi, q, q0, qlen):
+    """SA range [a, b) within sa[lo:hi] of suffixes starting with q[q0:q0+qlen]."""
+    a, b = lo, hi
+    while a < b:  # lower bound: first suffix >= q
+        mid = (a + b) >> 1
+        if _cmp(tokens, np.int64(sa[mid]), q, q0, qlen) < 0:
+            a = mid + 1
+        else:
+            b = mid
+    first = a
+    b = hi
+    while a < b:  # upper bound: first suffix > q (q not a prefix)
+        mid = (a + b) >> 1
+        if _cmp(tokens, np.int64(sa[mid]), q, q0, qlen) <= 0:
+            a = mid + 1
+        else:
+            b = mid
+    return first, a
+
+
+@nb.njit(cache=True)
+def _count_one(tokens, sa, parts, q, q0, qlen, eot):
+    for k in range(1, qlen):
+        if q[q0 + k] == eot:
+            return np.int64(0)
+    total = np.int64(0)
+    for p in range(parts.size - 1):
+        a, b = _range(tokens, sa, parts[p], parts[p + 1], q, q0, qlen)
+        total += b - a
+    return total
+
+
+@nb.njit(cache=True)
+def _count_single(tokens, sa, parts, q, eot, n_vocab):
+    """count of q with the vocabulary check inside (-1 - i: token q[i] is invalid)."""
+    for i in range(q.size):
+        if q[i] < 0 or q[i] >= n_vocab:
+            return -1 - i
+    if q.size == 0:
+        return np.int64(sa.size - (parts.size - 1))
+    return _count_one(tokens, sa, parts, q, 0, q.size, eot)
+
+
+@nb.njit(cache=True, parallel=True)
+def _count_batch(tokens, sa, parts, flat, offs, eot):
+    n = offs.size - 1
+    out = np.empty(n, np.int64)
+    for i in nb.prange(n):
+        out[i] = _count_one(tokens, sa, parts, flat, offs[i], offs[i + 1] - offs[i], eot)
+    return out
+
+
+@nb.njit(cache=True)
+def _groups(tokens, sa, a, b, L, sentinel, eot, out_tok, out_cnt, n_out):
+    """Append (next token, count) groups of SA range [a, b) (suffixes sharing their first
+    L tokens, so sorted by the token at offset L) to out_*; returns the new n_out."""
+    i = a
+    while i < b:
+        t = np.int64(tokens[np.int64(sa[i]) + L])
+        lo, hi = i + 1, b  # first index in (i, b) whose next token > t
+        step = 1
+        while lo + step < hi and np.int64(tokens[np.int64(sa[lo + step - 1]) + L]) == t:
+            lo += step
+            step *= 2
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if np.int64(tokens[np.int64(sa[mid]) + L]) <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        out_tok[n_out] = eot if t == sentinel else t
+        out_cnt[n_out] = lo - i
+        n_out += 1
+        i = lo
+    return n_out
+
+
+@nb.njit(cache=True)
+def _next_dist(tokens, sa, parts, q, q0, qlen, eot, sentinel, n_vocab):
+    """Full next-token distribution of context q[q0:q0+qlen] as sorted (tokens, counts)."""
+    cap = 64
+    tok = np.empty(cap, np.int64)
+    cnt = np.empty(cap, np.int64)
+    n = 0
+    bad = False
+    for k in range(1, qlen):
+        if q[q0 + k] == eot:
+            bad = True
+    if not bad:
+        for p in range(parts.size - 1):
+            a, b = _range(tokens, sa, parts[p], parts[p + 1], q, q0, qlen)
+            if b - a == 0:
+                continue
+            need = n + min(b - a, n_vocab + 1)
+            if need > cap:
+                while cap < need:
+                    cap *= 2
+                t2 = np.empty(cap, np.int64)
+                c2 = np.empty(cap, np.int64)
+                t2[:n] = tok[:n]
+                c2[:n] = cnt[:n]
+                tok, cnt = t2, c2
+            if qlen == 0:  # the sentinel itself starts a suffix with no next token
+                b -= 1
+            n = _groups(tokens, sa, a, b, qlen, sentinel, eot, tok, cnt, n)
+    # merge equal tokens (across parts, and the sentinel mapped to EOT)
+    order = np.argsort(tok[:n], kind="mergesort")
+    rt = np.empty(n, np.int64)
+    rc = np.empty(n, np.int64)
+    m = 0
+    for j in range(n):
+        t = tok[order[j]]
+        if m > 0 and rt[m - 1] == t:
+            rc[m - 1] += cnt[order[j]]
+        else:
+            rt[m] = t
+            rc[m] = cnt[order[j]]
+            m += 1
+    return rt[:m], rc[:m]
+
+
+@nb.njit(cache=True)
+def _topk(rt, rc, k, out_t, out_c):
+    """Top-k of (tokens, counts) by count desc, then token asc; pads with -1 / 0."""
+    order = np.argsort(-rc, kind="mergesort")  # stable: ties keep ascending token order
+    for j in range(k):
+        if j < order.size:
+            out_t[j] = rt[order[j]]
+            out_c[j] = rc[order[j]]
+        else:
+            out_t[j] = -1
+            out_c[j] = 0
+
+
+@nb.njit(cache=True, parallel=True)
+def _next_topk_batch(tokens, sa, parts, flat, offs, eot, sentinel, n_vocab, k):
+    n = offs.size - 1
+    out_t = np.empty((n, k), np.int64)
+    out_c = np.empty((n, k), np.int64)
+    for i in nb.prange(n):
+        rt, rc = _next_dist(tokens, sa, parts, flat, offs[i], offs[i + 1] - offs[i], eot,
+                            sentinel, n_vocab)
+        _topk(rt, rc, k, out_t[i], out_c[i])
+    return out_t, out_c
+
+
+@nb.njit(cache=True)
+def _longest_one(tokens, sa, parts, q, q0, qlen, eot, max_len):
+    """(length, count) of the longest suffix of q[q0:q0+qlen] occurring in the index,
+    containing EOT at most as its first token; length 0 → count = all tokens."""
+    start = q0
+    for k in range(qlen - 1, -1, -1):
+        if q[q0 + k] == eot:
+            start = q0 + k
+            break
+    end = q0 + qlen
+    hi = end - start  # candidate lengths 1..hi
+    if max_len > 0 and hi > max_len:
+        hi = max_len
+    lo = 0
+    best_cnt = np.int64(0)
+    for p in range(parts.size - 1):
+        best_cnt += parts[p + 1] - parts[p] - 1
+    while lo < hi:  # largest L in [0, hi] with count > 0 (count is monotone in L)
+        mid = (lo + hi + 1) >> 1
+        c = np.int64(0)
+        for p in range(parts.size - 1):
+            a, b = _range(tokens, sa, parts[p], parts[p + 1], q, end - mid, mid)
+            c += b - a
+        if c > 0:
+            lo = mid
+            best_cnt = c
+        else:
+            hi = mid - 1
+    return lo, best_cnt
+
+
+@nb.njit(cache=True, parallel=True)
+def _longest_batch(tokens, sa, parts, flat, offs, eot, sentinel, n_vocab, k, max_len):
+    n = offs.size - 1
+    lens = np.empty(n, np.int64)
+    cnts = np.empty(n, np.int64)
+    out_t = np.empty((n, k), np.int64)
+    out_c = np.empty((n, k), np.int64)
+    for i in nb.prange(n):
+        L, c = _longest_one(tokens, sa, parts, flat, offs[i], offs[i + 1] - offs[i], eot,
+                            max_len)
+        lens[i] = L
+        cnts[i] = c
+        if k > 0:
+            rt, rc = _next_dist(tokens, sa, parts, flat, offs[i + 1] - L, L, eot, sentinel,
+                                n_vocab)
+            _topk(rt, rc, k, out_t[i], out_c[i])
+    return lens, cnts, out_t, out_c
+
+
+@nb.njit(cache=True)
+def _positions(tokens, sa, parts, q, q0, qlen, eot):
+    """All global start positions of q (sorted ascending)."""
+    for k in range(1, qlen):
+        if q[q0 + k] == eot:
+            return np.empty(0, np.int64)
+    total = 0
+    ranges = np.empty((parts.size - 1, 2), np.int64)
+    for p in range(parts.size - 1):
+        a, b = _range(tokens, sa, parts[p], parts[p + 1], q, q0, qlen)
+        ranges[p, 0] = a
+        ranges[p, 1] = b
+        total += b - a
+    out = np.empty(total, np.int64)
+    j = 0
+    for p in range(parts.size - 1):
+        for i in range(ranges[p, 0], ranges[p, 1]):
+            out[j] = sa[i]
+            j += 1
+    out.sort()
+    return out
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _sa_dtype(n_total: int) -> type:
+    return np.uint32 if n_total < 2**32 else np.uint64
+
+
+def build_index(
+    manifest_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    split: str | None = "train",
+    progress: bool = True,
+) -> dict:
+    """Build a suffix-array index over a manifest's shards, one part per shard.
+
+    Args:
+        manifest_path: ``manifest.json`` (or its folder) of a datamix.
+        out_dir: index folder (created; files written atomically).
+        split: ``"train"``, ``"val"`` or ``None`` (all shards).
+        progress: show a tqdm bar over shards.
+
+    Returns:
+        summary dict: ``tokens`` (indexed, sentinels included), ``parts``, ``seconds``,
+        ``bytes`` (on disk) and ``bytes_per_token``.
+
+    Raises:
+        FileNotFoundError: a shard listed in the manifest is missing.
+        IndexError_: the manifest has no shard of ``split``, or a shard's size disagrees
+            with its manifest entry.
+    """
+    from pydivsufsort import divsufsort
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    mpath = Path(manifest_path)
+    manifest = load_manifest(mpath)
+    root = mpath if mpath.is_dir() else mpath.parent
+    shards = manifest.shards(split)
+    if not shards:
+        raise IndexError_(f"{mpath}: no shards with split={split!r}")
+    tok = manifest.tokenizer
+    dtype = np.uint16 if tok.n_vocab < 2**16 - 1 else np.uint32
+    sentinel = int(np.iinfo(dtype).max)
+    n_total = sum(s.tokens + 1 for s in shards)
+    sa_dtype = _sa_dtype(n_total)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    parts_meta = []
+    doc_pos: list[np.ndarray] = []
+    doc_keys: list[str] = []
+    doc_part: list[np.ndarray] = []
+    start = 0
+    with atomic_open(out / "tokens.bin") as ft, atomic_open(out / "sa.bin") as fs:
+        for p, s in enumerate(tqdm(shards, desc="index shards", disable=not progress)):
+            path = root / s.path
+            toks = read_tokens(path, mmap=False)
+            if toks.size != s.tokens:
+                raise IndexError_(f"{path}: {toks.size} tokens, manifest says {s.tokens}")
+            part = np.empty(toks.size + 1, dtype=dtype)
+            part[:-1] = toks
+            part[-1] = sentinel
+            sa = divsufsort(part)
+            ft.write(part.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes())
+            fs.write((sa.astype(np.int64) + start).astype(
+                np.dtype(sa_dtype).newbyteorder("<")).tobytes())
+            side = read_sidecar(path)
+            doc_pos.append(side.column("offset").to_numpy().astype(np.int64) + start)
+            doc_part.append(np.full(side.num_rows, p, np.int32))
+            doc_keys.extend(side.column("key").to_pylist())
+            parts_meta.append({"shard": s.path, "split": s.split, "sha256": s.sha256,
+                               "start": start, "tokens": int(toks.size)})
+            start += part.size
+    table = pa.table({"pos": pa.array(np.concatenate(doc_pos), pa.int64()),
+                      "part": pa.array(np.concatenate(doc_part), pa.int32()),
+                      "key": pa.array(doc_keys, pa.string())})
+    with atomic_open(out / "docs.parquet") as f:
+        pq.write_table(table, f, compression="zstd")
+    nbytes = sum((out / n).stat().st_size for n in ("tokens.bin", "sa.bin", "docs.parquet"))
+    meta = {
+        "format": FORMAT, "tokenizer": tok.model_dump(mode="json"),
+        "token_dtype": np.dtype(dtype).name, "sa_dtype": np.dtype(sa_dtype).name,
+        "sentinel": sentinel, "tokens": start, "parts": parts_meta,
+        "bytes_per_token": nbytes / start,
+    }
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return {"tokens": start, "parts": len(shards), "seconds": time.perf_counter() - t0,
+            "bytes": nbytes, "bytes_per_token": nbytes / start}
+
+
+# --------------------------------------------------------------------------- queries
+
+
+@dataclass
+class LongestMatch:
+    """∞-gram answer: ``length`` tokens of the context's suffix occur ``count`` times;
+    ``next_tokens``/``next_counts`` (int64[k]) are the top-k followers (-1/0 padded)."""
+
+    length: int
+    count: int
+    next_tokens: np.ndarray
+    next_counts: np.ndarray
+
+
+@dataclass
+class Occurrence:
+    shard: str
+    position: int  # token offset within the shard
+    document: str  # document key
+
+
+def _flatten(queries: Sequence[Sequence[int]] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(queries, np.ndarray) and queries.ndim == 2:
+        n, m = queries.shape
+        return (np.ascontiguousarray(queries, dtype=np.int64).ravel(),
+                np.arange(n + 1, dtype=np.int64) * m)
+    lens = np.fromiter((len(q) for q in queries), dtype=np.int64, count=len(queries))
+    offs = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens, out=offs[1:])
+    flat = (np.concatenate([np.asarray(q, dtype=np.int64) for q in queries])
+            if len(queries) else np.zeros(0, np.int64))
+    return flat, offs
+
+
+class SuffixArrayIndex:
+    """A built index folder, memory-mapped. Token ids are checked against the vocabulary.
+
+    Raises (constructor):
+        IndexError_: the folder is not a tokenmill suffix-array index or its files are
+            truncated.
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        meta_path = self.folder / "meta.json"
+        if not meta_path.exists():
+            raise IndexError_(f"{meta_path}: missing (not an index folder)")
+        self.meta = json.loads(meta_path.read_text())
+        if self.meta.get("format") != FORMAT:
+            raise IndexError_(f"{meta_path}: format {self.meta.get('format')!r} != {FORMAT}")
+        self.tokenizer = TokenizerIdentity(**self.meta["tokenizer"])
+        self.eot = self.tokenizer.eot_token
+        self.n_vocab = self.tokenizer.n_vocab
+        self.sentinel = int(self.meta["sentinel"])
+        n = int(self.meta["tokens"])
+        tdt = np.dtype(self.meta["token_dtype"]).newbyteorder("<")
+        sdt = np.dtype(self.meta["sa_dtype"]).newbyteorder("<")
+        for name, dt in (("tokens.bin", tdt), ("sa.bin", sdt)):
+            size = (self.folder / name).stat().st_size
+            if size != n * dt.itemsize:
+                raise IndexError_(f"{self.folder / name}: {size} bytes, expected "
+                                  f"{n * dt.itemsize} for {n} tokens")
+        self.tokens = np.asarray(np.memmap(self.folder / "tokens.bin", dtype=tdt, mode="c"))
+        self.sa = np.asarray(np.memmap(self.folder / "sa.bin", dtype=sdt, mode="c"))
+        # copy-on-write maps: never written, but writable arrays dispatch faster in numba
+        self.parts = np.array([p["start"] for p in self.meta["parts"]] + [n], dtype=np.int64)
+        self._docs = None
+
+    # -- helpers
+    @property
+    def n_tokens(self) -> int:
+        """Indexed tokens, one sentinel per part excluded."""
+        return int(self.meta["tokens"]) - (self.parts.size - 1)
+
+    def _check(self, flat: np.ndarray) -> None:
+        if flat.size and (flat.min() < 0 or flat.max() >= self.n_vocab):
+            bad = int(flat[(flat < 0) | (flat >= self.n_vocab)][0])
+            raise IndexError_(f"token id {bad} outside the vocabulary [0, {self.n_vocab}) of "
+                              f"{self.tokenizer.short()}")
+
+    # -- count
+    def count(self, ngram: Sequence[int]) -> int:
+        """Occurrences of ``ngram`` (1-D token ids) in the index; 0 if EOT appears anywhere
+        but first. The empty n-gram counts every token."""
+        q = np.asarray(ngram, dtype=np.int64)
+        c = _count_single(self.tokens, self.sa, self.parts, q, self.eot, self.n_vocab)
+        if c < 0:
+            self._check(q)
+        return int(c)
+
+    def count_batch(self, ngrams: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
+        """Counts (int64[n]) of n n-grams (a list of sequences, or an int (n, m) array);
+        runs on numba threads."""
+        flat, offs = _flatten(ngrams)
+        self._check(flat)
+        out = _count_batch(self.tokens, self.sa, self.parts, flat, offs, self.eot)
+        out[np.diff(offs) == 0] -= self.parts.size - 1
+        return out
+
+    # -- next-token distribution
+    def next_token_distribution(self, context: Sequence[int],
+                                k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Counts of each token that follows ``context`` in the index.
+
+        Returns:
+            ``(tokens, counts)``, int64. With ``k=None`` the full distribution sorted by
+            token id; else the top-k by count (ties: lower id first), padded with -1/0.
+        """
+        q = np.asarray(context, dtype=np.int64)
+        self._check(q)
+        rt, rc = _next_dist(self.tokens, self.sa, self.parts, q, 0, q.size, self.eot,
+                            self.sentinel, self.n_vocab)
+        if k is None:
+            return rt, rc
+        ot, oc = np.empty(k, np.int64), np.empty(k, np.int64)
+        _topk(rt, rc, k, ot, oc)
+        return ot, oc
+
+    def next_token_topk_batch(self, contexts: Sequence[Sequence[int]] | np.ndarray,
+                              k: int = 8) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k followers of each context: ``(tokens int64[n, k], counts int64[n, k])``."""
+        flat, offs = _flatten(contexts)
+        self._check(flat)
+        return _next_topk_batch(self.tokens, self.sa, self.parts, flat, offs, self.eot,
+                                self.sentinel, self.n_vocab, k)
+
+    # -- longest match
+    def longest_match(self, context: Sequence[int], k: int = 8,
+                      max_len: int = 0) -> LongestMatch:
+        """∞-gram query: the longest suffix of ``context`` (containing EOT at most as its
+        first token, so it stays inside one document) that occurs in the index, its count
+        and its top-k next tokens. ``max_len > 0`` caps the suffix length."""
+        lens, cnts, t, c = self.longest_match_batch([context], k, max_len)
+        return LongestMatch(int(lens[0]), int(cnts[0]), t[0], c[0])
+
+    def longest_match_batch(self, contexts: Sequence[Sequence[int]] | np.ndarray, k: int = 8,
+                            max_len: int = 0):
+        """Batched ∞-gram: ``(lengths int64[n], counts int64[n], next_tokens int64[n,k],
+        next_counts int64[n,k])``; ``k=0`` skips the next-token part."""
+        flat, offs = _flatten(contexts)
+        self._check(flat)
+        return _longest_batch(self.tokens, self.sa, self.parts, flat, offs, self.eot,
+                              self.sentinel, self.n_vocab, k, max_len)
+
+    # -- find
+    def _doc_table(self):
+        if self._docs is None:
+            t = pq.read_table(self.folder / "docs.parquet")
+            self._docs = (t.column("pos").to_numpy(), t.column("key").to_pylist())
+        return self._docs
+
+    def find(self, ngram: Sequence[int], k: int = 10) -> list[Occurrence]:
+        """The first ``k`` occurrences of ``ngram`` in corpus order (shard order, then
+        position), each as (shard path relative to the manifest, token offset in the
+        shard, document key)."""
+        q = np.asarray(ngram, dtype=np.int64)
+        self._check(q)
+        pos = _positions(self.tokens, self.sa, self.parts, q, 0, q.size, self.eot)[:k]
+        doc_pos, keys = self._doc_table()
+        out = []
+        for g in pos.tolist():
+            p = int(np.searchsorted(self.parts, g, side="right") - 1)
+            d = int(np.searchsorted(doc_pos, g, side="right") - 1)
+            out.append(Occurrence(self.meta["parts"][p]["shard"], g - int(self.parts[p]),
+                                  keys[d]))
+        return out
