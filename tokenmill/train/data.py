@@ -211,6 +211,8 @@ def _fill(shards, eot, T, row_lo, row_hi, row_ptr, piece_shard, piece_off, piece
     n_cu = 0
     for r in range(row_lo, row_hi):
         lr = r - row_lo
+        xi = inputs[lr]
+        yi = targets[lr]
         k = 0
         for p in range(row_ptr[r], row_ptr[r + 1]):
             if k < T:
@@ -218,19 +220,17 @@ def _fill(shards, eot, T, row_lo, row_hi, row_ptr, piece_shard, piece_off, piece
                 n_cu += 1
             if piece_bos[p]:
                 if k < T:
-                    inputs[lr, k] = eot
+                    xi[k] = eot
                 if k > 0:
-                    targets[lr, k - 1] = eot
+                    yi[k - 1] = eot
                 k += 1
-            src = shards[piece_shard[p]]
             o = piece_off[p]
             n = piece_len[p]
+            seg = shards[piece_shard[p]][o:o + n]
             b = min(k + n, T)
-            for t in range(k, b):
-                inputs[lr, t] = src[o + t - k]
-            a2 = max(k, 1)
-            for t in range(a2, k + n):
-                targets[lr, t - 1] = src[o + t - k]
+            xi[k:b] = seg[:b - k]  # inputs: row positions [k, k+n) clipped to T
+            a = max(k, 1)
+            yi[a - 1:k + n - 1] = seg[a - k:]  # targets: positions shifted by one
             k += n
     cu[n_cu] = (row_hi - row_lo) * T
     return n_cu + 1
