@@ -387,7 +387,7 @@ def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathL
 
     segments = []
     pos = 0
-    for j, seg in enumerate(segs):
+    for j in range(len(segs)):
         length = float(g_seg[j].sum())
         if length <= 0:
             continue

@@ -402,16 +402,19 @@ def _rehash(o_hkeys, o_hval, hkeys, hval, hnext, head, meta):
 
 @nb.njit(cache=True)
 def lem_oracle(tokens, eot, k, step, half):
-    """Brute-force quadratic reference for :class:`OnlineLEM` (tests only).
+    """Brute-force reference for :class:`OnlineLEM` (tests only).
 
     ``step = 0``: per-position mode; ``step = T > 0``: per-step mode with steps of ``T``
-    tokens. ``half = window // 2`` (0: unbounded). Returns ``(match_len int32[n],
-    next_tokens int32[n, k])`` by scanning every earlier end position ``j`` with a
-    common-suffix DP row (O(n^2) time, O(n) memory).
+    tokens. ``half = window // 2`` (0: unbounded). For every position ``i`` it scans every
+    allowed earlier end position ``j`` holding the same token (the others have a common
+    suffix of 0) and compares backwards token by token: quadratic in the worst case, no
+    index. Returns ``(match_len int32[n], next_tokens int32[n, k])``.
     """
     n = tokens.size
-    prev = np.zeros(n + 1, np.int32)
-    cur = np.zeros(n + 1, np.int32)
+    order = np.argsort(tokens, kind="mergesort")  # positions grouped by token, ascending
+    rank = np.empty(n, np.int64)  # index of position i in order
+    for r in range(n):
+        rank[order[r]] = r
     out_len = np.zeros(n, np.int32)
     out_next = np.full((n, k), -1, np.int32)
     doc = 0
@@ -425,23 +428,33 @@ def lem_oracle(tokens, eot, k, step, half):
         if half > 0 and p_last >= 0:
             S = max(0, (p_last // half - 1) * half)
         capq = i - doc + 1
-        # cur[j + 1] = common suffix length of tokens ending at i and at j (j < i)
-        cur[0] = 0
-        for j in range(0, i):
-            cur[j + 1] = prev[j] + 1 if tokens[j] == ti else 0
         best = 0
-        for j in range(S, jmax + 1):
-            L = min(cur[j + 1], capq, j - S + 1)
+        r = rank[i] - 1
+        while r >= 0 and tokens[order[r]] == ti and order[r] >= S:
+            j = order[r]
+            r -= 1
+            if j > jmax:
+                continue
+            limit = min(capq, j - S + 1)
+            L = 0
+            while L < limit and tokens[i - L] == tokens[j - L]:
+                L += 1
             if L > best:
                 best = L
         out_len[i] = best
         if best > 0:
-            r = 0
-            for j in range(jmax, S - 1, -1):
-                if min(cur[j + 1], capq, j - S + 1) >= best:
-                    out_next[i, r] = tokens[j + 1]
-                    r += 1
-                    if r == k:
-                        break
-        prev, cur = cur, prev
+            got = 0
+            r = rank[i] - 1
+            while r >= 0 and tokens[order[r]] == ti and order[r] >= S and got < k:
+                j = order[r]
+                r -= 1
+                if j > jmax:
+                    continue
+                limit = min(capq, j - S + 1)
+                L = 0
+                while L < limit and tokens[i - L] == tokens[j - L]:
+                    L += 1
+                if L >= best:
+                    out_next[i, got] = tokens[j + 1]
+                    got += 1
     return out_len, out_next

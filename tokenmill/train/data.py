@@ -65,6 +65,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,7 +214,8 @@ def _fill(shards, eot, T, row_lo, row_hi, row_ptr, piece_shard, piece_off, piece
         lr = r - row_lo
         xi = inputs[lr]
         yi = targets[lr]
-        k = 0
+        k = 0  # position in the row of T + 1 tokens
+        last = 0  # the row's token T (only a target)
         for p in range(row_ptr[r], row_ptr[r + 1]):
             if k < T:
                 cu[n_cu] = lr * T + k
@@ -221,17 +223,23 @@ def _fill(shards, eot, T, row_lo, row_hi, row_ptr, piece_shard, piece_off, piece
             if piece_bos[p]:
                 if k < T:
                     xi[k] = eot
-                if k > 0:
-                    yi[k - 1] = eot
+                else:
+                    last = eot
                 k += 1
             o = piece_off[p]
             n = piece_len[p]
-            seg = shards[piece_shard[p]][o:o + n]
-            b = min(k + n, T)
-            xi[k:b] = seg[:b - k]  # inputs: row positions [k, k+n) clipped to T
-            a = max(k, 1)
-            yi[a - 1:k + n - 1] = seg[a - k:]  # targets: positions shifted by one
+            m = min(n, T - k)
+            src = shards[piece_shard[p]]
+            s = src[o:o + m]
+            d = xi[k:k + m]
+            for t in range(s.shape[0]):  # explicit loop: LLVM vectorizes it (slice
+                d[t] = s[t]  # assignment with a dtype change does not)
+            if m < n:
+                last = src[o + n - 1]
             k += n
+        for t in range(T - 1):  # targets = inputs shifted by one, from L1
+            yi[t] = xi[t + 1]
+        yi[T - 1] = last
     cu[n_cu] = (row_hi - row_lo) * T
     return n_cu + 1
 
@@ -263,6 +271,110 @@ def _rows_one_pass(doc_len, T1, carry_all):
             else:
                 break
     return rows
+
+
+@dataclass
+class MixDocuments:
+    """The documents a training datamix manifest allows, per source (or one "val" group).
+
+    Document ``d`` is tokens ``[doc_off[d], doc_off[d] + doc_len[d])`` of shard
+    ``doc_shard[d]`` (an index into ``shard_paths`` / ``shards``, the memory-mapped
+    token arrays) and row ``doc_row[d]`` of that shard's sidecar; source ``i`` owns
+    documents ``src_lo[i]:src_hi[i]``. All int64.
+    """
+
+    source_names: list[str]
+    shard_paths: list[str]
+    shards: list[np.ndarray]
+    doc_shard: np.ndarray
+    doc_off: np.ndarray
+    doc_len: np.ndarray
+    doc_row: np.ndarray
+    src_lo: np.ndarray
+    src_hi: np.ndarray
+
+
+def load_documents(manifest: TrainingMixManifest, root: str | os.PathLike,
+                   split: str = "train", verify: bool = False) -> MixDocuments:
+    """Memory-map the shards of ``manifest`` (paths relative to ``root``) and list the
+    documents inside its token ranges, checking each against its shard.
+
+    Raises:
+        FileNotFoundError: a shard is missing.
+        ValueError: a header, sidecar, range or (``verify``) sha256 disagrees with the
+            manifest, a document does not start with the EOT token (names file, sidecar
+            row and offset), shards mix uint16 and uint32 versions, or no documents.
+    """
+    m = manifest
+    root = Path(root)
+    eot = int(m.tokenizer.eot_token)
+    if split == "train":
+        groups = [(s.name, s.shards) for s in m.sources]
+    elif split == "val":
+        groups = [("val", [sh for s in m.sources for sh in s.val_shards])]
+    else:
+        raise ValueError(f"split must be 'train' or 'val', not {split!r}")
+    paths: dict[str, int] = {}
+    arrays = []
+    versions = set()
+    shard_of, off_of, len_of, row_of, lo, hi = [], [], [], [], [], []
+    n_docs = 0
+    for name, shards in groups:
+        lo.append(n_docs)
+        for sh in shards:
+            p = (root / sh.path).resolve()
+            key = str(p)
+            if not p.exists():
+                raise FileNotFoundError(f"shard {p} of source {name!r} not found")
+            h = read_header(p)
+            if h.n_tokens != sh.tokens:
+                raise ValueError(f"{p}: header has {h.n_tokens} tokens, manifest {sh.tokens}")
+            if verify and sha256_file(p) != sh.sha256:
+                raise ValueError(f"{p}: sha256 differs from the training manifest's")
+            versions.add(h.version)
+            if key not in paths:
+                paths[key] = len(arrays)
+                arrays.append(np.asarray(read_tokens(p)))
+            j = paths[key]
+            side = read_sidecar(p)
+            off = side.column("offset").to_numpy().astype(np.int64)
+            ln = side.column("n_tokens").to_numpy().astype(np.int64)
+            if len(off) != sh.documents:
+                raise ValueError(f"{p}: sidecar has {len(off)} documents, manifest "
+                                 f"{sh.documents}")
+            keep = np.flatnonzero((off >= sh.start) & (off + ln <= sh.end))
+            off, ln = off[keep], ln[keep]
+            if len(off) != sh.range_documents or int(ln.sum()) != sh.range_tokens:
+                raise ValueError(f"{p}: range [{sh.start}, {sh.end}) holds {len(off)} "
+                                 f"documents / {int(ln.sum())} tokens, manifest says "
+                                 f"{sh.range_documents} / {sh.range_tokens}")
+            if (ln < 1).any():
+                raise ValueError(f"{p}: sidecar row {int(keep[np.argmin(ln)])} has 0 tokens")
+            toks = arrays[j][off] if len(off) else np.zeros(0, np.int64)
+            bad = np.flatnonzero(toks != eot)
+            if bad.size:
+                b = int(bad[0])
+                raise ValueError(f"{p}: document at sidecar row {int(keep[b])} (offset "
+                                 f"{int(off[b])}) starts with token {int(toks[b])}, not EOT "
+                                 f"{eot}")
+            shard_of.append(np.full(len(off), j, np.int64))
+            off_of.append(off)
+            len_of.append(ln)
+            row_of.append(keep.astype(np.int64))
+            n_docs += len(off)
+        hi.append(n_docs)
+    if len(versions) > 1:
+        raise ValueError(f"shards mix versions {sorted(versions)} (uint16 and uint32)")
+    if n_docs == 0:
+        raise ValueError(f"no {split} documents in the manifest")
+
+    def cat(xs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(xs) if xs else np.zeros(0, np.int64)
+
+    return MixDocuments(
+        source_names=[g[0] for g in groups], shard_paths=list(paths), shards=arrays,
+        doc_shard=cat(shard_of), doc_off=cat(off_of), doc_len=cat(len_of),
+        doc_row=cat(row_of), src_lo=np.array(lo, np.int64), src_hi=np.array(hi, np.int64))
 
 
 class MixLoader:
@@ -360,75 +472,17 @@ class MixLoader:
 
     # ------------------------------------------------------------------ setup
     def _load_documents(self, verify: bool) -> None:
-        m = self.manifest
+        docs = load_documents(self.manifest, self.root, self.split, verify)
+        self.documents = docs
+        self.source_names = docs.source_names
+        self.shard_paths = docs.shard_paths
+        self._shards = numba.typed.List(docs.shards)
+        self._doc_shard, self._doc_off, self._doc_len = docs.doc_shard, docs.doc_off, docs.doc_len
+        self._src_lo, self._src_hi = docs.src_lo, docs.src_hi
         if self.split == "train":
-            groups = [(s.name, s.shards) for s in m.sources]
-        elif self.split == "val":
-            groups = [("val", [sh for s in m.sources for sh in s.val_shards])]
-        else:
-            raise ValueError(f"split must be 'train' or 'val', not {self.split!r}")
-        self.source_names = [g[0] for g in groups]
-        paths: dict[str, int] = {}
-        arrays = []
-        versions = set()
-        shard_of, off_of, len_of, lo, hi = [], [], [], [], []
-        n_docs = 0
-        for name, shards in groups:
-            lo.append(n_docs)
-            for sh in shards:
-                p = (self.root / sh.path).resolve()
-                key = str(p)
-                if not p.exists():
-                    raise FileNotFoundError(f"shard {p} of source {name!r} not found")
-                h = read_header(p)
-                if h.n_tokens != sh.tokens:
-                    raise ValueError(f"{p}: header has {h.n_tokens} tokens, manifest {sh.tokens}")
-                if verify and sha256_file(p) != sh.sha256:
-                    raise ValueError(f"{p}: sha256 differs from the training manifest's")
-                versions.add(h.version)
-                if key not in paths:
-                    paths[key] = len(arrays)
-                    arrays.append(np.asarray(read_tokens(p)))
-                j = paths[key]
-                side = read_sidecar(p)
-                off = side.column("offset").to_numpy().astype(np.int64)
-                ln = side.column("n_tokens").to_numpy().astype(np.int64)
-                if len(off) != sh.documents:
-                    raise ValueError(f"{p}: sidecar has {len(off)} documents, manifest "
-                                     f"{sh.documents}")
-                keep = (off >= sh.start) & (off + ln <= sh.end)
-                off, ln = off[keep], ln[keep]
-                if len(off) != sh.range_documents or int(ln.sum()) != sh.range_tokens:
-                    raise ValueError(f"{p}: range [{sh.start}, {sh.end}) holds {len(off)} "
-                                     f"documents / {int(ln.sum())} tokens, manifest says "
-                                     f"{sh.range_documents} / {sh.range_tokens}")
-                if (ln < 1).any():
-                    raise ValueError(f"{p}: sidecar row {int(np.argmin(ln))} has 0 tokens")
-                toks = arrays[j][off] if len(off) else np.zeros(0, np.int64)
-                bad = np.flatnonzero(toks != self.eot)
-                if bad.size:
-                    b = int(bad[0])
-                    raise ValueError(f"{p}: document at sidecar row {b} (offset {int(off[b])}) "
-                                     f"starts with token {int(toks[b])}, not EOT {self.eot}")
-                shard_of.append(np.full(len(off), j, np.int64))
-                off_of.append(off)
-                len_of.append(ln)
-                n_docs += len(off)
-            hi.append(n_docs)
-            if hi[-1] == lo[-1] and self.split == "train":
-                src = next(s for s in m.sources if s.name == name)
-                if src.granted_tokens > 0:
-                    raise ValueError(f"source {name!r} has granted tokens but no documents")
-        if len(versions) > 1:
-            raise ValueError(f"shards mix versions {sorted(versions)} (uint16 and uint32)")
-        self.shard_paths = list(paths)
-        self._shards = numba.typed.List(arrays) if arrays else None
-        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-        self._doc_shard, self._doc_off, self._doc_len = cat(shard_of), cat(off_of), cat(len_of)
-        self._src_lo = np.array(lo, np.int64)
-        self._src_hi = np.array(hi, np.int64)
-        if n_docs == 0:
-            raise ValueError(f"no {self.split} documents in the manifest")
+            for s, a, b in zip(self.manifest.sources, self._src_lo, self._src_hi, strict=True):
+                if a == b and s.granted_tokens > 0:
+                    raise ValueError(f"source {s.name!r} has granted tokens but no documents")
 
     def _init_schedule(self) -> None:
         n_src = len(self.source_names)
@@ -438,7 +492,7 @@ class MixLoader:
                 [math.ceil(s.start_token / self.seq_len) for s in segs], np.int64)
             self._seg_w = np.array([[s.weights.get(n, 0.0) for n in self.source_names]
                                     for s in segs], np.float64)
-            for i, n in enumerate(self.source_names):  # sources with no documents
+            for i in range(len(self.source_names)):  # sources with no documents
                 if self._src_hi[i] == self._src_lo[i]:
                     self._seg_w[:, i] = 0.0
         else:

@@ -1,0 +1,23 @@
+"""`tokenmill run` from the command line: summary table, and the Hub fallback of `make run`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_missing_data_root_falls_back_to_hub_datamix(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "empty-cache"),
+               TOKENMILL_DATA_ROOT=str(tmp_path / "no-such-folder"))
+    r = subprocess.run(
+        [sys.executable, "-m", "tokenmill.cli", "run", "manifests/quickstart.yaml", "-q",
+         "--fallback", "manifests/hub-sample.yaml", "-o", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, cwd=REPO)
+    assert "is missing" in r.stderr and "manifests/hub-sample.yaml" in r.stderr
+    # offline with an empty cache the Hub source cannot be had: a clear error naming it
+    assert r.returncode == 2
+    assert "source 'c4-en-validation': could not fetch Hub dataset allenai/c4@main" in r.stderr

@@ -1,0 +1,100 @@
+"""Language identification (tokenmill.pipeline.langid) with the network unreachable."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+from collections import Counter
+
+import pytest
+
+from tests.shared import corpora
+from tokenmill.pipeline import langid
+from tokenmill.pipeline.langid import LanguageFilter, detect_language, fasttext_model_path
+from tokenmill.pipeline.step import Document
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Every attempt to reach the network raises; model caches are cleared so the models
+    are loaded inside the test."""
+    attempts = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network disabled by test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    langid._fasttext_model.cache_clear()
+    langid._py3langid_model.cache_clear()
+    yield attempts
+    assert attempts == [], f"language id tried to reach the network: {attempts}"
+
+
+def _c4(n: int) -> list[str]:
+    f = next(corpora("c4-en-sample", "data").glob("*.json.gz"))
+    with gzip.open(f, "rt", encoding="utf-8") as fh:
+        return [json.loads(line)["text"] for _, line in zip(range(n), fh, strict=False)]
+
+
+def _cc() -> list[str]:
+    out = []
+    for f in sorted(corpora("cc-main-2019-sample", "data").glob("*.jsonl.gz")):
+        with gzip.open(f, "rt", encoding="utf-8") as fh:
+            out += [json.loads(line)["text"] for line in fh]
+    return out
+
+
+def test_offline_books_and_c4(offline):
+    books = corpora("books-public-domain", "data")
+    assert detect_language((books / "botchan.txt").read_text("utf-8")[5000:9000])[0] == "en"
+    lang, score = detect_language(
+        (books / "wagahaiwa_nekodearu.txt").read_text("utf-8")[5000:9000])
+    assert lang == "ja" and score > 0.9
+    assert detect_language("   \n ") == ("und", 0.0)
+    c4 = _c4(300)
+    langs = Counter(detect_language(t)[0] for t in c4)
+    print("c4-en-sample:", langs.most_common(5))
+    assert langs["en"] >= 0.95 * len(c4)
+    # the second backend (py3langid) agrees on English web text
+    agree = sum(detect_language(t, "py3langid")[0] == "en" for t in c4[:100])
+    assert agree >= 90
+    assert fasttext_model_path().name == "lid.176.ftz"
+
+
+def test_filter_on_multilingual_cc_main(offline):
+    """cc-main-2019-sample holds many languages: the filter labels every document, keeps
+    only allowed ones above the score, and quarantines the rest with a reason."""
+    texts = _cc()
+    docs = [Document(key=f"cc/{i:05d}", source="cc", text=t) for i, t in enumerate(texts)]
+    stage = LanguageFilter(languages=["en", "de"], min_score=0.65)
+    rejected = []
+    stage.sink = rejected.append
+    kept = list(stage(docs))
+    dist = Counter(d.metadata["language"] for d in docs)
+    print("cc-main languages:", dist.most_common(12))
+    print("stage:", stage.stats.to_dict())
+    assert len(dist) >= 8, "the sample is multilingual"
+    assert all("language" in d.metadata and 0.0 <= d.metadata["language_score"] <= 1.0
+               for d in docs)
+    assert kept and all(d.metadata["language"] in {"en", "de"}
+                        and d.metadata["language_score"] >= 0.65 for d in kept)
+    assert len(kept) + len(rejected) == len(docs)
+    reasons = Counter(r.reason for r in rejected)
+    assert reasons["language:not_allowed"] > 0 and reasons["language:low_score"] > 0
+    assert set(reasons) <= {"language:not_allowed", "language:low_score"}
+    for r in rejected:
+        if r.reason == "language:not_allowed":
+            assert r.detail.split()[0] not in {"en", "de"}
+    # labelling only
+    label_only = LanguageFilter(languages=None)
+    assert len(list(label_only(docs[:50]))) == 50
+
+
+def test_bad_backend():
+    with pytest.raises(ValueError, match="unknown language-id backend"):
+        LanguageFilter(backend="cld3")

@@ -1,0 +1,77 @@
+"""CLI: ``tokenmill mix plan|build`` and ``tokenmill shards export``.
+
+* ``tokenmill mix plan SPEC`` prints the plan table (source, available tokens,
+  requested share, epochs needed, granted tokens, effective share, shortfall) and any
+  warnings; nothing is written.
+* ``tokenmill mix build SPEC -o OUT.json [--verify]`` plans and writes the training
+  datamix manifest (paths inside it are relative to OUT's folder), printing the same
+  table.
+* ``tokenmill shards export --format modded-nanogpt MIX.json -o DIR`` writes
+  ``fineweb_train_*.bin`` / ``fineweb_val_*.bin`` that modded-nanogpt reads unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.mix import plan_spec_file
+
+    plan = plan_spec_file(args.spec, verify=args.verify)
+    print(plan.table())
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.mix import build_mix, plan_table
+
+    m = build_mix(args.spec, args.output, verify=args.verify)
+    print(plan_table(m))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.export import export_modded_nanogpt
+
+    splits = tuple(s for s in args.splits.split(",") if s)
+    bad = [s for s in splits if s not in ("train", "val")]
+    if bad:
+        print(f"unknown split(s) {bad}; use train and/or val", file=sys.stderr)
+        return 2
+    summary = export_modded_nanogpt(args.manifest, args.output, shard_tokens=args.shard_tokens,
+                                    splits=splits)
+    print(f"{'source':28s} {'tokens':>12s} {'docs':>8s} {'share':>7s} {'eff weight':>10s}")
+    for name, s in summary["sources"].items():
+        print(f"{name:28s} {s['tokens']:12,d} {s['documents']:8,d} {s['share']:7.4f} "
+              f"{s['effective_weight']:10.4f}")
+    print(f"{len(summary['files'])} file(s) in {args.output}")
+    return 0
+
+
+def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubParsersAction
+                     ) -> None:
+    """Register ``tokenmill mix`` on ``sub`` and ``export`` on the ``shards`` group."""
+    mx = sub.add_parser("mix", help="plan and build a training datamix from a mix spec")
+    msub = mx.add_subparsers(dest="mix_command", required=True)
+    p = msub.add_parser("plan", help="print the datamix plan table; writes nothing")
+    p.add_argument("spec", help="mix spec YAML")
+    p.add_argument("--verify", action="store_true", help="re-hash every shard and sidecar")
+    p.set_defaults(func=_plan)
+    b = msub.add_parser("build", help="write the training datamix manifest")
+    b.add_argument("spec", help="mix spec YAML")
+    b.add_argument("-o", "--output", required=True, help="training datamix manifest (.json)")
+    b.add_argument("--verify", action="store_true", help="re-hash every shard and sidecar")
+    b.set_defaults(func=_build)
+
+    e = shards_sub.add_parser("export", help="write a training datamix as a shard set for "
+                                             "another trainer")
+    e.add_argument("manifest", help="training datamix manifest (tokenmill mix build)")
+    e.add_argument("--format", required=True, choices=["modded-nanogpt"])
+    e.add_argument("-o", "--output", required=True, help="output folder")
+    e.add_argument("--shard-tokens", type=int, default=100_000_000,
+                   help="most tokens per shard (default 10^8, as FineWeb's)")
+    e.add_argument("--splits", default="train,val", help="comma list of train,val")
+    e.set_defaults(func=_export)

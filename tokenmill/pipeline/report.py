@@ -1,0 +1,413 @@
+"""Curation report: ``report.html`` plus PNG plots for a finished run's output folder.
+
+API::
+
+    from tokenmill.pipeline.report import write_report
+    result = write_report("out/quickstart")     # -> ReportResult(html, images, skipped)
+
+Reads only what a run leaves behind: ``manifest.json``
+(:class:`~tokenmill.manifests.schema.DatamixManifest`: per source ``counts``, ``stages``,
+``tokens``, ``mixture_weight``, ``shards``), the quarantine parquet files it lists
+(columns ``key, source, stage, reason, text, duplicate_of, detail``; ``raw`` optional)
+and the shard sidecars ``*.docs.parquet`` (``n_tokens``; ``language`` when language id
+ran). Plots (matplotlib, Agg backend; the HTML uses no network asset):
+
+=====================  ==================================================================
+waterfall.png          documents and tokens per source remaining after each stage
+lengths.png            document length (tokens) histogram before and after curation
+removal_rates.png      share of each stage's input removed, per stage and reason
+duplicate_clusters.png size distribution of duplicate clusters (kept + removed twins)
+languages.png          language distribution of kept documents (sidecar ``language``)
+mixture.png            the mixture: tokens per source, with mixture weights
+=====================  ==================================================================
+
+A plot whose input is missing (no quarantine, no ``language`` column, no duplicates) is
+skipped and named in ``ReportResult.skipped`` and in the HTML. Token counts of removed
+documents are measured by encoding their quarantined text with the run's tokenizer (+1
+for EOT), falling back to characters / 4 when the tokenizer is not available offline.
+
+For the CLI, :func:`add_report_parser` adds ``tokenmill report OUTPUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import io
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tokenmill.atomic import atomic_write_bytes, atomic_write_text
+from tokenmill.manifests.schema import DatamixManifest, load_manifest
+
+REPORT_NAME = "report.html"
+
+# Canonical order of the pipeline's stages; unknown stage names go after these.
+STAGE_ORDER = ("read", "quarantine", "normalize", "license", "exact_dedup", "length",
+               "gopher_quality", "gopher_repetition", "c4", "fineweb", "language",
+               "fuzzy_dedup")
+
+
+@dataclass
+class ReportResult:
+    """``html``: the report file; ``images``: PNGs written; ``skipped``: plot -> why."""
+
+    html: Path
+    images: list[Path] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------------------
+def _stage_removed(counters: dict[str, Any]) -> int | None:
+    """Documents a stage removed, from whichever counters it recorded."""
+    if "removed" in counters and isinstance(counters["removed"], int):
+        return counters["removed"]
+    if isinstance(counters.get("rejected"), dict):
+        return int(sum(counters["rejected"].values()))
+    if "docs_in" in counters and "docs_out" in counters:
+        return int(counters["docs_in"]) - int(counters["docs_out"])
+    return None
+
+
+def _stage_key(name: str) -> tuple[int, str]:
+    return (STAGE_ORDER.index(name), name) if name in STAGE_ORDER else (len(STAGE_ORDER), name)
+
+
+def document_waterfall(manifest: DatamixManifest) -> tuple[list[str], dict[str, list[int]]]:
+    """Stages (first ``"read"``, last ``"kept"``) and, per source, the documents remaining
+    after each. Removals come from ``sources[].stages`` where recorded, else from
+    ``counts`` (quarantine, license, exact dedup, filters); any difference left to reach
+    ``counts.kept`` is shown as ``"other"``."""
+    per_source: dict[str, dict[str, int]] = {}
+    names: set[str] = set()
+    for src in manifest.sources:
+        c = src.counts
+        removed: dict[str, int] = {}
+        for name, counters in src.stages.items():
+            if name == "read" or not isinstance(counters, dict):
+                continue
+            r = _stage_removed(counters)
+            if r:
+                removed[name] = r
+        if "quarantine" not in removed and "normalize" not in removed and c.quarantined:
+            removed["quarantine"] = sum(c.quarantined.values())
+        if "license" not in removed and c.license_rejected:
+            removed["license"] = sum(c.license_rejected.values())
+        if "exact_dedup" not in removed and c.exact_duplicates:
+            removed["exact_dedup"] = c.exact_duplicates
+        rest = c.read - c.kept - sum(removed.values())
+        if rest > 0:
+            removed["other"] = rest
+        per_source[src.name] = removed
+        names.update(removed)
+    stages = ["read"] + sorted(names, key=_stage_key) + ["kept"]
+    remaining: dict[str, list[int]] = {}
+    for src in manifest.sources:
+        left = src.counts.read
+        row = [left]
+        for s in stages[1:-1]:
+            left -= per_source[src.name].get(s, 0)
+            row.append(left)
+        row.append(src.counts.kept)
+        remaining[src.name] = row
+    return stages, remaining
+
+
+def _read_quarantine(out: Path, manifest: DatamixManifest):
+    import pyarrow as pa
+
+    tables = []
+    for q in manifest.quarantine:
+        p = out / q.path
+        if p.is_file():
+            t = pq.read_table(p)
+            keep = [c for c in ("key", "source", "stage", "reason", "text", "raw",
+                                "duplicate_of", "detail") if c in t.column_names]
+            tables.append(t.select(keep))
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _read_sidecars(out: Path, manifest: DatamixManifest) -> dict[str, dict[str, list]]:
+    """source -> {"n_tokens": [...], "language": [...] (if present)}."""
+    from tokenmill.pipeline.shards import sidecar_path
+
+    res: dict[str, dict[str, list]] = {}
+    for src in manifest.sources:
+        d: dict[str, list] = defaultdict(list)
+        for sh in src.shards:
+            p = sidecar_path(out / sh.path)
+            if not p.is_file():
+                continue
+            t = pq.read_table(p)
+            d["n_tokens"] += t.column("n_tokens").to_pylist()
+            if "language" in t.column_names:
+                d["language"] += t.column("language").to_pylist()
+        res[src.name] = d
+    return res
+
+
+def _token_counter(manifest: DatamixManifest):
+    try:
+        from tokenmill.tokenizers import get_encoding
+
+        enc = get_encoding(manifest.tokenizer.name)
+
+        def count(texts: list[str]) -> list[int]:
+            return [len(t) + 1 for t in enc.encode_ordinary_batch(texts, num_threads=2)]
+    except Exception:  # tokenizer not available offline: estimate
+        def count(texts: list[str]) -> list[int]:
+            return [len(t) // 4 + 1 for t in texts]
+    return count
+
+
+# ---------------------------------------------------------------------------------------
+# plots
+# ---------------------------------------------------------------------------------------
+def _save(fig, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _bars(ax, stages, series: dict[str, list[float]], ylabel: str, title: str) -> None:
+    n = max(1, len(series))
+    width = 0.8 / n
+    x = np.arange(len(stages))
+    for i, (name, vals) in enumerate(series.items()):
+        ax.bar(x + (i - (n - 1) / 2) * width, vals, width, label=name)
+    ax.set_xticks(x, stages, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
+def write_report(output_dir: str | os.PathLike,
+                 manifest: DatamixManifest | None = None) -> ReportResult:
+    """Write ``report.html`` and its PNGs into ``output_dir`` (atomically, overwriting).
+
+    Args:
+        output_dir: a run's output folder (holding ``manifest.json``).
+        manifest: the manifest, if already loaded.
+
+    Returns:
+        :class:`ReportResult`.
+
+    Raises:
+        FileNotFoundError: no ``manifest.json`` in ``output_dir``.
+        ValueError: the manifest does not validate (see :func:`load_manifest`).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    out = Path(output_dir)
+    if manifest is None:
+        manifest = load_manifest(out)
+    result = ReportResult(html=out / REPORT_NAME)
+    sections: list[tuple[str, str, str]] = []  # (title, png name or "", html caption)
+    names = [s.name for s in manifest.sources]
+    quarantine = _read_quarantine(out, manifest)
+    sidecars = _read_sidecars(out, manifest)
+    count_tokens = _token_counter(manifest)
+
+    # removed documents' token lengths, per source and stage
+    q_rows: list[dict[str, Any]] = []
+    if quarantine is not None and quarantine.num_rows:
+        cols = {c: quarantine.column(c).to_pylist() for c in quarantine.column_names}
+        texts = cols.get("text", [None] * quarantine.num_rows)
+        raws = cols.get("raw", [None] * quarantine.num_rows)
+        lengths = count_tokens([t or "" for t in texts])
+        for i in range(quarantine.num_rows):
+            n_tok = lengths[i] if texts[i] is not None else len(raws[i] or b"") // 4 + 1
+            q_rows.append({c: cols[c][i] for c in cols if c not in ("text", "raw")}
+                          | {"n_tokens": n_tok})
+
+    # 1. waterfall ---------------------------------------------------------------------
+    stages, remaining = document_waterfall(manifest)
+    tok_removed: dict[str, Counter] = defaultdict(Counter)
+    for r in q_rows:
+        st = r.get("stage") or "other"
+        if st not in stages:
+            st = "quarantine" if "quarantine" in stages else "other"
+        tok_removed[r.get("source")][st] += r["n_tokens"]
+    tok_series: dict[str, list[float]] = {}
+    for src in manifest.sources:
+        kept = sum(src.tokens.values())
+        removed = tok_removed[src.name]
+        # remaining after stage i = kept + tokens removed by the stages after it
+        tok_series[src.name] = [kept + sum(removed.get(s, 0) for s in stages[i + 1:-1])
+                                for i in range(len(stages) - 1)] + [kept]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    _bars(axes[0], stages, remaining, "documents", "documents remaining after each stage")
+    _bars(axes[1], stages, tok_series, "tokens (EOT included)",
+          "tokens remaining after each stage")
+    result.images.append(_save(fig, out / "waterfall.png"))
+    sections.append(("Documents and tokens per stage", "waterfall.png",
+                     "Remaining after each stage, per source. Tokens of removed documents "
+                     "are measured on their quarantined text."))
+
+    # 2. lengths -------------------------------------------------------------------------
+    after = [n for s in names for n in sidecars.get(s, {}).get("n_tokens", [])]
+    before = after + [r["n_tokens"] for r in q_rows]
+    if after or before:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        hi = max(before + after + [2])
+        bins = np.logspace(0, np.log10(hi) + 0.05, 40)
+        ax.hist(before, bins=bins, alpha=0.5, label=f"before ({len(before)} docs)")
+        ax.hist(after, bins=bins, alpha=0.7, label=f"after ({len(after)} docs)")
+        ax.set_xscale("log")
+        ax.set_xlabel("document length (tokens)")
+        ax.set_ylabel("documents")
+        ax.set_title("document length before and after curation")
+        ax.legend()
+        result.images.append(_save(fig, out / "lengths.png"))
+        sections.append(("Document lengths", "lengths.png",
+                         "Before = kept documents plus every quarantined document."))
+    else:
+        result.skipped["lengths.png"] = "no sidecar and no quarantine rows"
+
+    # 3. removal rates -------------------------------------------------------------------
+    rates: dict[str, float] = {}
+    for s_i, s in enumerate(stages[1:-1], start=1):
+        n_in = sum(remaining[n][s_i - 1] for n in names)
+        reasons: Counter = Counter()
+        for src in manifest.sources:
+            counters = src.stages.get(s, {})
+            if isinstance(counters, dict) and isinstance(counters.get("rejected"), dict):
+                reasons.update(counters["rejected"])
+            else:
+                reasons[s] += remaining[src.name][s_i - 1] - remaining[src.name][s_i]
+        for reason, v in reasons.items():
+            if v and n_in:
+                label = reason if reason.startswith(s) else f"{s}: {reason}"
+                rates[label] = rates.get(label, 0.0) + v / n_in
+    if rates:
+        items = sorted(rates.items(), key=lambda kv: kv[1])
+        fig, ax = plt.subplots(figsize=(8, 0.35 * len(items) + 1.5))
+        ax.barh([k for k, _ in items], [v * 100 for _, v in items])
+        ax.set_xlabel("% of the stage's input documents removed")
+        ax.set_title("removal rate per stage and reason")
+        result.images.append(_save(fig, out / "removal_rates.png"))
+        sections.append(("Removal rates", "removal_rates.png",
+                         "Share of the documents entering a stage that it removed."))
+    else:
+        result.skipped["removal_rates.png"] = "no stage removed any document"
+
+    # 4. duplicate clusters --------------------------------------------------------------
+    clusters: dict[str, Counter] = defaultdict(Counter)
+    for r in q_rows:
+        if r.get("duplicate_of"):
+            clusters[r.get("stage") or "dedup"][r["duplicate_of"]] += 1
+    if clusters:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for st, c in sorted(clusters.items()):
+            sizes = Counter(v + 1 for v in c.values())
+            xs = sorted(sizes)
+            ax.plot(xs, [sizes[x] for x in xs], "o-", label=f"{st} ({len(c)} clusters)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("cluster size (kept document + removed duplicates)")
+        ax.set_ylabel("clusters")
+        ax.set_title("duplicate cluster sizes")
+        ax.legend()
+        result.images.append(_save(fig, out / "duplicate_clusters.png"))
+        sections.append(("Duplicate clusters", "duplicate_clusters.png",
+                         "From the quarantine's duplicate_of column."))
+    else:
+        result.skipped["duplicate_clusters.png"] = "no quarantined duplicates"
+
+    # 5. languages -----------------------------------------------------------------------
+    langs: Counter = Counter()
+    for s in names:
+        langs.update(x for x in sidecars.get(s, {}).get("language", []) if x)
+    if langs:
+        top = langs.most_common(25)
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        ax.bar([k for k, _ in top], [v for _, v in top])
+        ax.set_ylabel("kept documents")
+        ax.set_title("language of kept documents")
+        plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
+        result.images.append(_save(fig, out / "languages.png"))
+        sections.append(("Languages", "languages.png", "From the sidecars' language column."))
+    else:
+        result.skipped["languages.png"] = "no language column in the shard sidecars"
+
+    # 6. mixture -------------------------------------------------------------------------
+    toks = [sum(s.tokens.values()) for s in manifest.sources]
+    if sum(toks) > 0:
+        fig, ax = plt.subplots(figsize=(6.5, 6.5))
+        labels = [f"{s.name}\n{t:,} tokens, weight {s.mixture_weight:g}"
+                  for s, t in zip(manifest.sources, toks, strict=True)]
+        ax.pie(toks, labels=labels, autopct="%1.1f%%", startangle=90)
+        ax.set_title("mixture (tokens per source)")
+        result.images.append(_save(fig, out / "mixture.png"))
+        sections.append(("Mixture", "mixture.png", "Tokens per source after curation."))
+    else:
+        result.skipped["mixture.png"] = "no tokens in the manifest"
+
+    atomic_write_text(result.html, _html(manifest, stages, remaining, sections, result))
+    return result
+
+
+def _html(manifest: DatamixManifest, stages: list[str], remaining: dict[str, list[int]],
+          sections: list[tuple[str, str, str]], result: ReportResult) -> str:
+    e = html.escape
+    rows = []
+    for s in manifest.sources:
+        c = s.counts
+        rows.append("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in (
+            s.name, s.license, c.read, c.kept, f"{sum(s.tokens.values()):,}",
+            s.mixture_weight)) + "</tr>")
+    wf = ["<tr><th>source</th>" + "".join(f"<th>{e(x)}</th>" for x in stages) + "</tr>"]
+    for name, vals in remaining.items():
+        wf.append(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{v}</td>" for v in vals) + "</tr>")
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>tokenmill report: {e(manifest.name)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}img{max-width:100%}</style></head><body>",
+        f"<h1>Curation report: {e(manifest.name)}</h1>",
+        f"<p>tokenizer {e(manifest.tokenizer.name)}, config sha256 "
+        f"<code>{e(manifest.config_sha256[:16])}</code></p>",
+        "<h2>Sources</h2><table><tr><th>source</th><th>license</th><th>read</th>"
+        "<th>kept</th><th>tokens</th><th>weight</th></tr>", *rows, "</table>",
+        "<h2>Documents remaining after each stage</h2><table>", *wf, "</table>",
+    ]
+    for title, png, caption in sections:
+        parts.append(f"<h2>{e(title)}</h2><p>{e(caption)}</p>"
+                     f"<img src='{e(png)}' alt='{e(title)}'>")
+    if result.skipped:
+        parts.append("<h2>Plots skipped</h2><ul>" + "".join(
+            f"<li>{e(k)}: {e(v)}</li>" for k, v in sorted(result.skipped.items())) + "</ul>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``tokenmill report OUTPUT_DIR`` to the CLI's subparsers."""
+    p = subparsers.add_parser("report", help="write report.html + PNG plots for a run")
+    p.add_argument("output_dir", help="a curation run's output folder (with manifest.json)")
+
+    def run(args: argparse.Namespace) -> int:
+        res = write_report(args.output_dir)
+        print(f"wrote {res.html} and {len(res.images)} plots"
+              + (f"; skipped: {', '.join(sorted(res.skipped))}" if res.skipped else ""))
+        return 0
+
+    p.set_defaults(func=run)

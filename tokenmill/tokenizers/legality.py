@@ -1,0 +1,558 @@
+"""Exact impossible-continuation table of a tiktoken tokenizer.
+
+A pair ``(a, b)`` of token ids is *possible* if some text's canonical encoding
+(``encode_ordinary``) contains ``a`` immediately followed by ``b``; otherwise it is
+impossible, and a model evaluated on canonical tokenizations may give ``b`` zero probability
+after ``a`` (the impossible-continuation mask of the NanoGPT speedrun records; e.g. GPT-2
+``Hyper`` is never followed by ``eter`` because "Hypereter" encodes as H|ype|re|ter).
+
+The table is built analytically from the vocabulary, never from a corpus:
+
+* the pre-tokenizer regex decides whether the junction between ``a`` and ``b`` may be a piece
+  boundary or may lie inside one piece (:mod:`tokenmill.tokenizers.legality_regex`);
+* inside one piece, BPE decides (:mod:`tokenmill.tokenizers.legality_bpe`, numba, parallel
+  over the previous token).
+
+It is **sound** by construction (every uncertain case counts as possible) and checked against
+tiktoken on real corpora and adversarial contexts by the tests. Special tokens (``<|endoftext|>``
+...) never come out of ``encode_ordinary`` but shards put them between documents, so every
+pair involving a special token counts as possible; ids that are neither mergeable nor special
+(cl100k_base's unused ids) are impossible everywhere.
+
+Storage: ``n_vocab`` rows (row = previous token) of ``ceil(n_vocab / 8)`` bytes, bit ``j % 8``
+(little bit order, ``np.unpackbits(..., bitorder="little")``) of byte ``j // 8`` is 1 when next
+token ``j`` is possible. On disk: 8-byte magic ``TMLEGAL1``, a uint32 header length, a JSON
+header (tokenizer identity, sizes, counts, build time), zero padding to 4096 bytes, then the
+matrix, so that :meth:`LegalityTable.load` memory-maps it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba as nb
+import numpy as np
+import tiktoken
+
+from tokenmill.atomic import atomic_open
+from tokenmill.tokenizers import (
+    TokenizerIdentity,
+    check_same,
+    get_encoding,
+    identity,
+)
+from tokenmill.tokenizers import legality_bpe as kb
+from tokenmill.tokenizers.legality_regex import model_for_pattern, pair_rule, signature_tables
+from tokenmill.tokenizers.prefix import token_bytes_table
+
+MAGIC = b"TMLEGAL1"
+DATA_OFFSET = 4096
+FORMAT_VERSION = 1
+# The NanoGPT speedrun record's canonical GPT-2 mask (sound in any context) marks this many
+# pairs impossible; reported beside our count.
+SPEEDRUN_GPT2_IMPOSSIBLE = 70_889_701
+
+
+class LegalityFormatError(ValueError):
+    """A legality table file is malformed; the message names the file."""
+
+
+@dataclass
+class _Analysis:
+    """Everything the build derives from a vocabulary (kept for queries and explanations)."""
+
+    enc: tiktoken.Encoding
+    tokens: list[bytes | None]
+    model: str
+    lsig: np.ndarray
+    rsig: np.ndarray
+    cross: np.ndarray
+    within: np.ndarray
+    lsigs: list[tuple]
+    rsigs: list[tuple]
+    split_l: np.ndarray
+    split_r: np.ndarray
+    kind: np.ndarray
+    ext_ptr: np.ndarray
+    ext_z: np.ndarray
+    ext_r: np.ndarray
+    pos: np.ndarray
+    endp: np.ndarray
+    child_ptr: np.ndarray
+    child_ids: np.ndarray
+    special: np.ndarray
+
+
+def analyze(encoding: str | tiktoken.Encoding) -> _Analysis:
+    """Vocabulary analysis shared by the build, the reference build and explanations."""
+    enc = get_encoding(encoding) if isinstance(encoding, str) else encoding
+    V = enc.n_vocab
+    tokens = token_bytes_table(enc)
+    ranks = enc._mergeable_ranks
+    model = model_for_pattern(enc._pat_str)
+    lsig, rsig, cross, within, lsigs, rsigs = signature_tables(tokens, model)
+    # every way of writing a token as token + token: (left, right, merged)
+    pl, pr, pz = [], [], []
+    for z, b in enumerate(tokens):
+        if b is None or len(b) < 2:
+            continue
+        for k in range(1, len(b)):
+            lt = ranks.get(b[:k])
+            if lt is not None:
+                rt = ranks.get(b[k:])
+                if rt is not None:
+                    pl.append(lt)
+                    pr.append(rt)
+                    pz.append(z)
+    pl_a = np.asarray(pl, dtype=np.int32)
+    pr_a = np.asarray(pr, dtype=np.int32)
+    pz_a = np.asarray(pz, dtype=np.int32)
+    keys, vals = kb.build_pair_hash(pl_a, pr_a, pz_a, V)
+    ids = np.asarray([i for i, b in enumerate(tokens) if b is not None], dtype=np.int64)
+    lens = np.asarray([len(tokens[i]) for i in ids], dtype=np.int64)
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = np.frombuffer(b"".join(tokens[i] for i in ids), dtype=np.uint8)
+    byte_id = np.asarray([ranks[bytes([i])] for i in range(256)], dtype=np.int32)
+    split_l, split_r, kind = kb.token_splits(
+        data, offsets, ids, byte_id, keys, vals, V, int(lens.max()) + 1
+    )
+    order = np.lexsort((pz_a, pl_a))
+    ext_z = np.ascontiguousarray(pz_a[order])
+    ext_r = np.ascontiguousarray(pr_a[order])
+    ext_ptr = np.zeros(V + 1, dtype=np.int64)
+    np.add.at(ext_ptr, pl_a.astype(np.int64) + 1, 1)
+    np.cumsum(ext_ptr, out=ext_ptr)
+    pos, endp, child_ptr, child_ids = kb.left_tree_order(split_l, kind)
+    special = np.zeros(V, dtype=np.bool_)
+    for t in enc._special_tokens.values():
+        special[t] = True
+    return _Analysis(enc, tokens, model, lsig, rsig, cross, within, lsigs, rsigs, split_l,
+                     split_r, kind, ext_ptr, ext_z, ext_r, pos, endp, child_ptr, child_ids,
+                     special)
+
+
+def byte_pair_merge(ranks: dict[bytes, int], piece: bytes) -> list[bytes]:
+    """tiktoken's ``byte_pair_merge`` in plain Python (lowest rank first, leftmost on ties),
+    without the whole-piece shortcut. Returns the parts."""
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    while len(parts) > 1:
+        best, bi = None, -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and (best is None or r < best):
+                best, bi = r, i
+        if bi < 0:
+            break
+        parts[bi : bi + 2] = [parts[bi] + parts[bi + 1]]
+    return parts
+
+
+@nb.njit(parallel=True, cache=True)
+def _unpack_rows(packed, rows, V, out):
+    for i in nb.prange(len(rows)):
+        src = packed[rows[i]]
+        dst = out[i]
+        for j in range(V):
+            dst[j] = (src[j >> 3] >> (j & 7)) & 1
+
+
+class LegalityTable:
+    """Bit-packed possible/impossible table over (previous token, next token).
+
+    Attributes:
+        identity: the tokenizer identity the table was built for.
+        packed: ``uint8[n_rows, row_bytes]`` (a memmap when loaded); bit set = possible.
+        rows: ``None`` for a full table, else the previous-token ids of a partial build
+            (``packed[k]`` is row ``rows[k]``).
+        meta: header fields (build seconds, counts, regex model).
+    """
+
+    def __init__(self, ident: TokenizerIdentity, packed: np.ndarray, meta: dict,
+                 rows: np.ndarray | None = None) -> None:
+        self.identity = ident
+        self.packed = packed
+        self.meta = meta
+        self.rows = rows
+        self.n_vocab = ident.n_vocab
+        self.row_bytes = (self.n_vocab + 7) // 8
+        self._row_index: dict[int, int] | None = (
+            None if rows is None else {int(r): k for k, r in enumerate(rows)}
+        )
+        self._analysis: _Analysis | None = None
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, encoding: str, rows: np.ndarray | None = None, progress: bool = False,
+              chunk_rows: int = 4096) -> LegalityTable:
+        """Build the table for encoding ``encoding`` (a tiktoken name).
+
+        Args:
+            rows: optional subset of previous-token ids to build (tests); ``None`` = all.
+            progress: show a tqdm bar over rows.
+            chunk_rows: rows per numba call (progress granularity).
+
+        Returns a table whose ``meta["build_seconds"]`` is the wall time. Uses numba's thread
+        count (``NUMBA_NUM_THREADS``) for the parallel row loop.
+        """
+        t0 = time.perf_counter()
+        an = analyze(encoding)
+        ident = identity(encoding)
+        V = an.enc.n_vocab
+        row_ids = np.arange(V, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+        row_bytes = (V + 7) // 8
+        packed = np.empty((len(row_ids), row_bytes), dtype=np.uint8)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(row_ids), unit="row", desc=f"legality {encoding}")
+        n_chunks = max(1, 8 * nb.get_num_threads())
+        for s in range(0, len(row_ids), chunk_rows):
+            sub = row_ids[s : s + chunk_rows]
+            packed[s : s + len(sub)] = kb.build_rows(
+                sub, an.lsig, an.rsig, an.cross, an.within, an.split_r, an.kind, an.ext_ptr,
+                an.ext_z, an.ext_r, an.pos, an.endp, an.child_ptr, an.child_ids, row_bytes,
+                n_chunks,
+            )
+            if bar is not None:
+                bar.update(len(sub))
+        if bar is not None:
+            bar.close()
+        # special tokens: possible on both sides by convention (documents are EOT-separated)
+        spec = np.flatnonzero(an.special)
+        for t in spec:
+            packed[:, t >> 3] |= np.uint8(1 << (t & 7))
+        is_spec_row = an.special[row_ids]
+        packed[is_spec_row] = 0xFF
+        if V % 8:
+            packed[:, -1] &= np.uint8((1 << (V % 8)) - 1)
+        seconds = time.perf_counter() - t0
+        meta = {
+            "model": an.model,
+            "build_seconds": round(seconds, 3),
+            "threads": nb.get_num_threads(),
+            "unreachable_tokens": int(((an.kind == 0) & ~an.special).sum()),
+            "non_monotone_tokens": int((an.kind == 2).sum()),
+        }
+        table = cls(ident, packed, meta, None if rows is None else row_ids)
+        table._analysis = an
+        if rows is None:
+            meta["n_impossible"] = table.n_impossible()
+        return table
+
+    # ------------------------------------------------------------------ io
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the table atomically to ``path`` (a file, or a folder that gets
+        ``<encoding>.legality``). Raises ``ValueError`` for a partial (row-subset) table."""
+        if self.rows is not None:
+            raise ValueError("only full tables are saved; this one holds a subset of rows")
+        p = Path(path)
+        if p.is_dir() or p.suffix == "":
+            p = p / f"{self.identity.name}.legality"
+        header = {
+            "format_version": FORMAT_VERSION,
+            "identity": self.identity.model_dump(),
+            "n_vocab": self.n_vocab,
+            "row_bytes": self.row_bytes,
+            "bit_order": "little",
+            "bit_meaning": "1 = possible next token",
+            **self.meta,
+        }
+        blob = json.dumps(header, sort_keys=True).encode()
+        if len(blob) + 12 > DATA_OFFSET:
+            raise ValueError("legality header too large")
+        head = MAGIC + struct.pack("<I", len(blob)) + blob
+        head += b"\0" * (DATA_OFFSET - len(head))
+        with atomic_open(p) as f:
+            f.write(head)
+            f.write(np.ascontiguousarray(self.packed).data)
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, encoding: str | TokenizerIdentity | None = None,
+             mmap: bool = True) -> LegalityTable:
+        """Open a saved table (memory-mapped by default).
+
+        Args:
+            encoding: the tokenizer the caller uses (name or identity); when given, a table
+                built for another tokenizer raises :class:`TokenizerMismatchError` naming both.
+
+        Raises:
+            LegalityFormatError: bad magic, header or size (naming the file).
+            TokenizerMismatchError: the table belongs to another tokenizer.
+        """
+        p = Path(path)
+        if p.is_dir():
+            cands = sorted(p.glob("*.legality"))
+            if isinstance(encoding, str):
+                cands = [c for c in cands if c.stem == encoding] or cands
+            if not cands:
+                raise FileNotFoundError(f"no *.legality file in {p}")
+            p = cands[0]
+        with open(p, "rb") as f:
+            head = f.read(DATA_OFFSET)
+        if head[:8] != MAGIC:
+            raise LegalityFormatError(f"{p}: not a legality table (magic {head[:8]!r})")
+        (n,) = struct.unpack("<I", head[8:12])
+        try:
+            header = json.loads(head[12 : 12 + n])
+            ident = TokenizerIdentity(**header["identity"])
+        except Exception as e:
+            raise LegalityFormatError(f"{p}: unreadable header ({e})") from e
+        if encoding is not None:
+            want = identity(encoding) if isinstance(encoding, str) else encoding
+            check_same(want, ident, f"legality table {p}")
+        V, rb = header["n_vocab"], header["row_bytes"]
+        size = os.path.getsize(p)
+        if size != DATA_OFFSET + V * rb:
+            raise LegalityFormatError(
+                f"{p}: {size} bytes, expected {DATA_OFFSET + V * rb} for {V} rows of {rb} bytes"
+            )
+        if mmap:
+            packed = np.memmap(p, dtype=np.uint8, mode="r", offset=DATA_OFFSET, shape=(V, rb))
+        else:
+            with open(p, "rb") as f:
+                f.seek(DATA_OFFSET)
+                packed = np.frombuffer(f.read(), dtype=np.uint8).reshape(V, rb)
+        meta = {k: v for k, v in header.items()
+                if k not in ("identity", "n_vocab", "row_bytes", "bit_order", "bit_meaning",
+                             "format_version")}
+        return cls(ident, packed, meta)
+
+    # ------------------------------------------------------------------ queries
+    def _row(self, a: int) -> int:
+        if not 0 <= a < self.n_vocab:
+            raise IndexError(f"token id {a} outside vocabulary of {self.identity.name} "
+                             f"({self.n_vocab})")
+        if self._row_index is None:
+            return a
+        try:
+            return self._row_index[a]
+        except KeyError:
+            raise KeyError(f"row {a} was not built in this partial table") from None
+
+    def is_possible(self, a: int, b: int) -> bool:
+        """True if token ``b`` can follow token ``a`` in some canonical encoding."""
+        if not 0 <= b < self.n_vocab:
+            raise IndexError(f"token id {b} outside vocabulary of {self.identity.name}")
+        return bool(self.packed[self._row(a), b >> 3] >> (b & 7) & 1)
+
+    def allowed_next(self, a: int) -> np.ndarray:
+        """``bool[n_vocab]``: which next tokens are possible after ``a``."""
+        row = np.asarray(self.packed[self._row(a)])
+        return np.unpackbits(row, bitorder="little", count=self.n_vocab).astype(np.bool_)
+
+    def possible_pairs(self, prev: np.ndarray, nxt: np.ndarray) -> np.ndarray:
+        """Vectorised lookup: ``bool[N]`` for pairs ``(prev[i], nxt[i])`` (full tables, or
+        partial tables holding every ``prev``)."""
+        prev = np.asarray(prev, dtype=np.int64)
+        nxt = np.asarray(nxt, dtype=np.int64)
+        if self._row_index is not None:
+            rows = np.asarray([self._row(int(a)) for a in prev], dtype=np.int64)
+        else:
+            rows = prev
+        byte = np.asarray(self.packed[rows, nxt >> 3])
+        return ((byte >> (nxt & 7).astype(np.uint8)) & 1).astype(np.bool_)
+
+    def packed_rows(self, prev_ids) -> np.ndarray:
+        """``uint8[N, row_bytes]`` packed rows for kernels that unpack bits themselves
+        (bit ``j & 7`` of byte ``j >> 3`` = next token ``j`` possible)."""
+        idx = np.asarray(prev_ids, dtype=np.int64).reshape(-1)
+        if self._row_index is not None:
+            idx = np.asarray([self._row(int(a)) for a in idx], dtype=np.int64)
+        return np.asarray(self.packed[idx])
+
+    def mask_rows(self, prev_ids, device=None):
+        """``torch.BoolTensor[N, n_vocab]``: allowed next tokens for each previous token.
+
+        Args:
+            prev_ids: ``torch.LongTensor[N]`` (or any int array) of previous-token ids.
+            device: target device; on CPU the rows are gathered and unpacked by a parallel
+                numba kernel straight into the tensor's memory (N * n_vocab bytes); on another
+                device the packed rows are uploaded and unpacked with torch bit operations.
+        """
+        import torch
+
+        if isinstance(prev_ids, torch.Tensor):
+            dev = torch.device(device) if device is not None else prev_ids.device
+            ids = prev_ids.detach().to("cpu", torch.int64).numpy().reshape(-1)
+        else:
+            dev = torch.device(device or "cpu")
+            ids = np.asarray(prev_ids, dtype=np.int64).reshape(-1)
+        if self._row_index is not None:
+            ids = np.asarray([self._row(int(a)) for a in ids], dtype=np.int64)
+        elif len(ids) and (ids.min() < 0 or ids.max() >= self.n_vocab):
+            raise IndexError(f"previous-token id outside vocabulary of {self.identity.name}")
+        if dev.type == "cpu":
+            out = torch.empty((len(ids), self.n_vocab), dtype=torch.bool)
+            _unpack_rows(self.packed, ids, self.n_vocab, out.numpy())
+            return out
+        packed = torch.from_numpy(np.asarray(self.packed[ids])).to(dev)
+        shifts = torch.arange(8, device=dev, dtype=torch.uint8)
+        bits = (packed.unsqueeze(-1) >> shifts) & 1
+        return bits.reshape(len(ids), -1)[:, : self.n_vocab].bool()
+
+    def impossible_per_row(self) -> np.ndarray:
+        """``int64[n_rows]``: impossible next tokens per previous token."""
+        return self.n_vocab - kb.popcount_rows(np.asarray(self.packed))
+
+    def n_impossible(self) -> int:
+        """Total impossible pairs of the (full or partial) table."""
+        return int(self.impossible_per_row().sum())
+
+    # ------------------------------------------------------------------ explanations
+    def analysis(self) -> _Analysis:
+        if self._analysis is None:
+            self._analysis = analyze(self.identity.name)
+        return self._analysis
+
+    def explain(self, a: int, b: int) -> str:
+        """Why ``(a, b)`` is possible or impossible: the regex rule at the junction and,
+        inside one piece, the BPE merge that crosses the junction (or the merge result that
+        keeps the two tokens apart)."""
+        an = self.analysis()
+        possible = self.is_possible(a, b)
+        verdict = "possible" if possible else "impossible"
+        head = f"{_show(an, a)} -> {_show(an, b)}: {verdict}"
+        if an.special[a] or an.special[b]:
+            return head + " (special tokens sit between documents; allowed by convention)"
+        if an.tokens[a] is None or an.tokens[b] is None:
+            return head + " (unused token id: never produced)"
+        cross, within, why = pair_rule(an.lsigs[an.lsig[a]], an.rsigs[an.rsig[b]], an.model)
+        if cross:
+            return head + f"\n  regex: {why}, so {_show(an, a)} can end one piece and " \
+                          f"{_show(an, b)} start the next"
+        lines = [head, f"  regex: {why}"]
+        if not within:
+            return "\n".join(lines)
+        ranks = an.enc._mergeable_ranks
+        ba, bb = an.tokens[a], an.tokens[b]
+        if an.kind[a] == 2 or an.kind[b] == 2:
+            lines.append("  BPE: a token's own merges are not in rank order; kept as possible "
+                         "(conservative)")
+            return "\n".join(lines)
+        for tok, bt in ((a, ba), (b, bb)):
+            if an.kind[tok] == 0:
+                parts = byte_pair_merge(ranks, bt)
+                lines.append(f"  BPE: {_show(an, tok)} is never produced by merging its own "
+                             f"bytes ({_fmt(parts)}); it only appears as a whole piece")
+                return "\n".join(lines)
+        trace = _merge_trace(ranks, ba + bb, len(ba))
+        if trace is None:
+            lines.append(f"  BPE: byte_pair_merge({_fmt([ba + bb])}) = {_fmt([ba, bb])}: no "
+                         "merge across the junction ever wins, so both survive inside one piece")
+        else:
+            (lft, rgt, rank), parts = trace
+            lines.append(
+                f"  BPE: inside one piece the merge {_fmt([lft])} + {_fmt([rgt])} -> "
+                f"{_fmt([lft + rgt])} (rank {rank}) crosses the junction before "
+                f"{_show(an, a)} / {_show(an, b)} are complete; "
+                f"{_fmt([ba + bb])} encodes as {_fmt(parts)}"
+            )
+        return "\n".join(lines)
+
+
+def _merge_trace(ranks: dict[bytes, int], piece: bytes, cut: int):
+    """First merge that crosses byte offset ``cut`` in byte_pair_merge(piece), with the final
+    parts; None if no merge crosses it."""
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    first = None
+    while len(parts) > 1:
+        best, bi = None, -1
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and (best is None or r < best):
+                best, bi = r, i
+        if bi < 0:
+            break
+        start = sum(len(p) for p in parts[:bi])
+        if first is None and start < cut < start + len(parts[bi]) + len(parts[bi + 1]):
+            first = (parts[bi], parts[bi + 1], best)
+        parts[bi : bi + 2] = [parts[bi] + parts[bi + 1]]
+    return None if first is None else (first, parts)
+
+
+def _fmt(parts: list[bytes]) -> str:
+    return "|".join(repr(p.decode("utf-8", "backslashreplace"))[1:-1] for p in parts)
+
+
+def _show(an: _Analysis, t: int) -> str:
+    b = an.tokens[t]
+    if b is None:
+        for name, i in an.enc._special_tokens.items():
+            if i == t:
+                return f"{name}({t})"
+        return f"<unused>({t})"
+    return f"{b.decode('utf-8', 'backslashreplace')!r}({t})"
+
+
+def reference_row(an: _Analysis, a: int) -> np.ndarray:
+    """Plain-Python build of row ``a`` from the same definition (regex rules per signature
+    pair, BPE by running ``byte_pair_merge`` on every concatenation): ``bool[n_vocab]``.
+    The independent check of the numba build and the benchmark's peer."""
+    V = len(an.tokens)
+    out = np.zeros(V, dtype=np.bool_)
+    if an.special[a]:
+        out[:] = True
+        return out
+    ranks = an.enc._mergeable_ranks
+    ba = an.tokens[a]
+    cache: dict[int, tuple[bool, bool]] = {}
+    A = an.lsigs[an.lsig[a]]
+    for b in range(V):
+        if an.special[b]:
+            out[b] = True
+            continue
+        bb = an.tokens[b]
+        if ba is None or bb is None:
+            continue
+        rs = int(an.rsig[b])
+        cw = cache.get(rs)
+        if cw is None:
+            c, w, _ = pair_rule(A, an.rsigs[rs], an.model)
+            cw = cache[rs] = (c, w)
+        if cw[0]:
+            out[b] = True
+        elif cw[1]:
+            if an.kind[a] == 2 or an.kind[b] == 2:
+                out[b] = an.kind[a] > 0 and an.kind[b] > 0
+            else:
+                out[b] = byte_pair_merge(ranks, ba + bb) == [ba, bb]
+    return out
+
+
+def resolve_token(enc: tiktoken.Encoding, text: str) -> int:
+    """A token given as an id (``"1234"``), a Python-escaped literal (``"' bananas'"``,
+    ``"'\\n'"``) or plain text that encodes to exactly one token.
+
+    Raises:
+        ValueError: the text is not exactly one token, naming its encoding.
+    """
+    s = text
+    if s.lstrip("-").isdigit():
+        t = int(s)
+        if not 0 <= t < enc.n_vocab:
+            raise ValueError(f"token id {t} outside {enc.name} vocabulary ({enc.n_vocab})")
+        return t
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        import ast
+
+        s = ast.literal_eval(s)
+    if isinstance(s, bytes):
+        t = enc._mergeable_ranks.get(s)
+        if t is None:
+            raise ValueError(f"{s!r} is not a token of {enc.name}")
+        return t
+    if s in enc._special_tokens:
+        return enc._special_tokens[s]
+    t = enc._mergeable_ranks.get(s.encode("utf-8"))
+    if t is not None:
+        return t
+    ids = enc.encode_ordinary(s)
+    raise ValueError(f"{s!r} is not one {enc.name} token (it encodes as {ids})")

@@ -1,0 +1,37 @@
+"""CLI: ``tokenmill train CONFIG`` (single process, or under ``torchrun`` for data parallel)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _train(args: argparse.Namespace) -> int:
+    from tokenmill.train.train import TrainConfig, train
+
+    cfg = TrainConfig.load(
+        args.config, steps=args.steps, out_dir=args.out, device=args.device,
+        stop_after=args.stop_after,
+    )
+    if args.no_progress:
+        cfg.progress = False
+    train(cfg, resume=args.resume)
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train the reference GPT on a datamix (torchrun for several GPUs)",
+        description="Train the reference GPT described by CONFIG (YAML or JSON, the fields of "
+        "tokenmill.train.train.TrainConfig). Under torchrun, each rank trains on its part of "
+        "every step (DDP).",
+    )
+    p.add_argument("config", help="train config, YAML or JSON")
+    p.add_argument("--out", default=None, help="output folder (overrides out_dir)")
+    p.add_argument("--steps", type=int, default=None, help="override the number of steps")
+    p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"])
+    p.add_argument("--stop-after", type=int, default=None,
+                   help="stop after this step with a checkpoint (resume later with --resume)")
+    p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_train)
