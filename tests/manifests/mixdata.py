@@ -113,3 +113,32 @@ def write_test_curations(corpora_root: Path, out: Path) -> dict[str, Path]:
                                    {"wikipedia-wikitext-sample": None},
                                    encoding="cl100k_base"),
     }
+
+
+_CACHE: dict[str, Path] = {}
+
+
+def cached_test_curations(corpora_root: Path) -> dict[str, Path]:
+    """:func:`write_test_curations` once per test process, in a temporary folder
+    removed at exit (shared by the datamix, export and loader tests)."""
+    if not _CACHE:
+        import atexit
+        import shutil
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="tokenmill-mixdata-"))
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        _CACHE.update(write_test_curations(corpora_root, tmp))
+    return dict(_CACHE)
+
+
+def write_spec(path: Path, manifests: list[Path], sources: dict[str, dict], target_tokens: int,
+               seed: int = 7, **extra) -> Path:
+    """Write a mix spec YAML (manifest paths made absolute) and return its path."""
+    import yaml
+
+    spec = {"name": path.stem, "manifests": [str(m) for m in manifests], "seed": seed,
+            "target_tokens": int(target_tokens), "sources": sources, **extra}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path

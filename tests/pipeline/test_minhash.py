@@ -20,6 +20,7 @@ from tokenmill.pipeline.minhash import (
     lsh_params,
     minhash_signatures,
     murmur3_32,
+    shingle_hash32,
     normalize_for_shingles,
     shingles,
     to_lean_minhash,
@@ -63,7 +64,7 @@ def test_murmur3_known_vectors():
 
 
 def test_signatures_equal_datasketch_on_real_and_naughty_text():
-    """The numba kernel equals datasketch.MinHash(hashfunc=murmur3_32) updated shingle by
+    """The numba kernel equals datasketch.MinHash(hashfunc=shingle_hash32) updated shingle by
     shingle, on web text and on strings built to break text code (combining marks,
     RTL, emoji, zero-width, lone surrogates)."""
     naughty = json.loads(corpora("naughty-strings", "data", "blns.json").read_text("utf-8"))
@@ -75,7 +76,7 @@ def test_signatures_equal_datasketch_on_real_and_naughty_text():
         sig = minhash_signatures(texts, num_perm=num_perm, seed=seed, ngram=ngram)
         assert sig.shape == (len(texts), num_perm) and sig.dtype == np.uint32
         for t, row in zip(texts, sig, strict=True):
-            m = MinHash(num_perm=num_perm, seed=seed, hashfunc=murmur3_32)
+            m = MinHash(num_perm=num_perm, seed=seed, hashfunc=shingle_hash32)
             for sh in shingles(t, ngram):
                 m.update(sh)
             assert np.array_equal(m.hashvalues, row), repr(t[:80])
@@ -183,8 +184,8 @@ def test_exact_duplicates_and_twins_on_cc_main(ray_2cpu):
     worst_true = 1.0
     for k, (twin, j) in res.removed.items():
         assert twin not in res.removed and twin < k
-        a = MinHash(num_perm=128, seed=1, hashfunc=murmur3_32)
-        b = MinHash(num_perm=128, seed=1, hashfunc=murmur3_32)
+        a = MinHash(num_perm=128, seed=1, hashfunc=shingle_hash32)
+        b = MinHash(num_perm=128, seed=1, hashfunc=shingle_hash32)
         a.update_batch(shingles(by_key[k]))
         b.update_batch(shingles(by_key[twin]))
         assert a.jaccard(b) == pytest.approx(j) and j >= 0.8, (k, twin, j)

@@ -144,7 +144,7 @@ def test_dclm_human_labels():
                         stage.stats.rejected.most_common(3))
         print(f"{name:20s} {rows[name][0]:12.3f} {rows[name][1]:12.3f}  {top}")
     stream = (_doc(t, k) for k, t, _ in docs)
-    for name, cls in QUALITY_FILTERS.items():
+    for cls in QUALITY_FILTERS.values():
         stream = cls()(stream)
     kept = {d.key for d in stream}
     combined = (share(kept, 1), share(kept, 0))

@@ -14,7 +14,8 @@ The train stream interleaves **whole documents**: each source's documents are re
 the same seeded per-epoch order as :mod:`tokenmill.train.data` uses, and the next
 document always comes from the source furthest behind its planned cumulative tokens
 (the manifest's effective weight schedule integrated over the stream), until each
-source has contributed its granted tokens (it may overshoot by less than one document).
+source has contributed exactly its granted tokens (its last document is cut to fit; the
+cut head still starts with EOT).
 So every prefix of the stream, and thus whatever modded-nanogpt reads of it, honours
 the mixture. Same manifest, same bytes.
 """
@@ -47,7 +48,8 @@ DEFAULT_SHARD_TOKENS = 100_000_000  # FineWeb's shards hold 10^8 tokens
 def _mixed_order(seed, seg_start, seg_w, grant, src_lo, src_hi, doc_len):
     """Whole-document interleaving (see the module docstring).
 
-    Returns (doc indices, their source). Deficit rule: pick the source with the largest
+    Returns (doc indices, their source, tokens taken: the whole document except for a
+    source's last one, cut to its grant). Deficit rule: pick the source with the largest
     planned(total) - emitted among those with emitted < grant; planned_i(t) is the
     integral of source i's effective weight over stream tokens [0, t).
     """
@@ -73,6 +75,7 @@ def _mixed_order(seed, seg_start, seg_w, grant, src_lo, src_hi, doc_len):
     n = count.sum()
     out_doc = np.empty(n, np.int64)
     out_src = np.empty(n, np.int64)
+    out_len = np.empty(n, np.int64)
     emitted = np.zeros(n_src, np.int64)
     total = 0
     n_seg = seg_start.shape[0]
@@ -101,24 +104,25 @@ def _mixed_order(seed, seg_start, seg_w, grant, src_lo, src_hi, doc_len):
                            _key(seed, np.uint64(i + 1), np.uint64(epoch[i])))
         d = perm[src_lo[i] + pos[i]]
         pos[i] += 1
+        take = min(doc_len[d], grant[i] - emitted[i])
         out_doc[j] = d
         out_src[j] = i
-        emitted[i] += doc_len[d]
-        total += doc_len[d]
-    return out_doc, out_src
+        out_len[j] = take
+        emitted[i] += take
+        total += take
+    return out_doc, out_src, out_len
 
 
-def _chunks(doc_len: np.ndarray, order: np.ndarray, shard_tokens: int) -> list[np.ndarray]:
-    """Split ``order`` into document-aligned runs of at most ``shard_tokens`` tokens."""
+def _chunks(lens: np.ndarray, shard_tokens: int) -> list[slice]:
+    """Document-aligned runs of the stream of at most ``shard_tokens`` tokens."""
     out, start, size = [], 0, 0
-    for j, d in enumerate(order):
-        n = int(doc_len[d])
+    for j, n in enumerate(lens.tolist()):
         if size and size + n > shard_tokens:
-            out.append(order[start:j])
+            out.append(slice(start, j))
             start, size = j, 0
         size += n
-    if start < len(order):
-        out.append(order[start:])
+    if start < len(lens):
+        out.append(slice(start, len(lens)))
     return out
 
 
@@ -163,42 +167,41 @@ def export_modded_nanogpt(
             seg_start = np.array([s.start_token for s in m.segments], np.int64)
             seg_w = np.array([[s.weights.get(n, 0.0) for n in names] for s in m.segments])
             grant = np.array([s.granted_tokens for s in m.sources], np.int64)
-            order, src = _mixed_order(seed, seg_start, seg_w, grant, docs.src_lo,
+            order, src, take = _mixed_order(seed, seg_start, seg_w, grant, docs.src_lo,
                                       docs.src_hi, docs.doc_len)
             first = 1  # modded-nanogpt: val is shard 000000, train starts at 000001
         else:
             order = np.arange(len(docs.doc_len), dtype=np.int64)
             counts = [sum(sh.range_documents for sh in s.val_shards) for s in m.sources]
             src = np.repeat(np.arange(len(m.sources), dtype=np.int64), counts)
+            take = docs.doc_len.copy()
             names = [s.name for s in m.sources]  # val documents keep their source's name
             first = 0
-        src_of = np.empty(len(docs.doc_len), np.int64)
-        src_of[order] = src
         keys_cache: dict[int, list[str]] = {}
-        for c, chunk in enumerate(_chunks(docs.doc_len, order, shard_tokens)):
-            lens = docs.doc_len[chunk]
+        for c, run in enumerate(_chunks(take, shard_tokens)):
+            lens = take[run]
             offsets = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.uint64)
             tokens = np.empty(int(lens.sum()), np.uint16)
             keys, srcs = [], []
-            for d, o in zip(chunk, offsets, strict=True):
+            for d, i, o, n in zip(order[run].tolist(), src[run].tolist(), offsets.tolist(),
+                                  lens.tolist(), strict=True):
                 j = int(docs.doc_shard[d])
                 a = int(docs.doc_off[d])
-                tokens[int(o):int(o) + int(docs.doc_len[d])] = docs.shards[j][a:a + int(
-                    docs.doc_len[d])]
+                tokens[o:o + n] = docs.shards[j][a:a + n]
                 if j not in keys_cache:
                     keys_cache[j] = read_sidecar(docs.shard_paths[j]).column("key").to_pylist()
                 keys.append(keys_cache[j][int(docs.doc_row[d])])
-                srcs.append(names[int(src_of[d])])
+                srcs.append(names[i])
             path = out / f"fineweb_{split}_{first + c:06d}.bin"
             write_shard(path, tokens, VERSION_UINT16, offsets, keys,
                         extra_columns={"source": pa.array(srcs, pa.string())})
             files.append({"path": path.name, "split": split, "tokens": int(tokens.size),
-                          "documents": len(chunk), "sha256": sha256_file(path)})
-            log(f"wrote {path} ({tokens.size:,} tokens, {len(chunk)} documents)")
+                          "documents": len(keys), "sha256": sha256_file(path)})
+            log(f"wrote {path} ({tokens.size:,} tokens, {len(keys)} documents)")
         if split == "train":
-            total = int(docs.doc_len[order].sum())
+            total = int(take.sum())
             for i, n in enumerate(names):
-                t = int(docs.doc_len[order[src == i]].sum())
+                t = int(take[src == i].sum())
                 per_source[n] = {"tokens": t, "documents": int((src == i).sum()),
                                  "share": t / total if total else 0.0,
                                  "effective_weight": m.sources[i].effective_weight}

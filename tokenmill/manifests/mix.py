@@ -308,6 +308,17 @@ def _water_fill(req: np.ndarray, cap: np.ndarray, target: float) -> np.ndarray:
     return np.minimum(cap, hi * req)
 
 
+def _round_keeping_sum(x: np.ndarray) -> np.ndarray:
+    """Integers with the same (rounded) sum: floor, then +1 on the largest remainders
+    (largest-remainder method; ties to the earlier source)."""
+    fl = np.floor(x + 1e-9)
+    k = int(round(float(x.sum()))) - int(fl.sum())
+    if k > 0:
+        order = np.argsort(-(x - fl), kind="stable")[:k]
+        fl[order] += 1
+    return fl
+
+
 def _ranges(shards: list[ShardEntry], folder: Path, frac: float) -> list[tuple[int, int, int]]:
     """(start, end, documents) per shard: all of it, or a document-aligned prefix of
     ``frac`` of its tokens (at least one document)."""
@@ -361,7 +372,7 @@ def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathL
         grant = np.minimum(req, cap)
     else:
         grant = _water_fill(req, cap, float(spec.target_tokens))
-    grant = np.floor(grant + 1e-6)
+    grant = _round_keeping_sum(grant)
     total = float(grant.sum())
     scale = np.divide(grant, req, out=np.zeros_like(grant), where=req > 0)
     g_seg = req_seg * scale[None, :]

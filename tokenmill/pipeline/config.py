@@ -124,6 +124,8 @@ class DatamixConfig(_Model):
     )
     files_per_block: int = Field(default=64, description="one-document-per-file sources: "
                                  "files read by one task")
+    block_documents: int = Field(default=10_000, ge=1, description="rows per resumable block "
+                                 "(a crashed run redoes at most one block per worker)")
 
     @model_validator(mode="after")
     def _unique_names(self) -> DatamixConfig:
@@ -138,8 +140,8 @@ class DatamixConfig(_Model):
     def content_dict(self) -> dict[str, Any]:
         """The config minus where-things-live fields: what the outputs depend on."""
         d = self.model_dump(mode="json")
-        d.pop("data_root", None)
-        d.pop("output_dir", None)
+        for where in ("data_root", "output_dir", "files_per_block", "block_documents"):
+            d.pop(where, None)  # how the work is cut does not change the output
         return d
 
     def sha256(self) -> str:

@@ -6,10 +6,11 @@ Order of work for ``tokenmill run``:
 
 1. resolve sources (local folders, Hub snapshots) and refuse disallowed licenses;
 2. ``prepare`` tasks, one per unit (a data file, or up to ``files_per_block`` small
-   files): read → per-document license gate → normalize;
+   files): read → per-document license gate → normalize, committed in blocks of
+   ``block_documents`` rows (the granularity of resume);
 3. exact dedup on the driver: documents in (source order, unit order, row order); the
    first occurrence of a normalized text wins (16 bytes + key per document held);
-4. ``tokenize`` tasks, one per unit: drop duplicates → length filters → tokenize;
+4. ``tokenize`` tasks, one per block: drop duplicates → length filters → tokenize;
 5. ``write`` tasks, one per source: shards, sidecars, quarantine;
 6. the manifest, written last and atomically.
 
@@ -54,13 +55,21 @@ WRITE_VERSION = 1
 
 
 @dataclass
+class Block:
+    """Up to ``block_documents`` rows of a unit: the granularity of resume."""
+
+    source: ResolvedSource
+    prepare_digest: str
+    prepare_info: dict[str, Any]
+    tokenize_digest: str = ""
+    tokenize_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Unit:
     source: ResolvedSource
     files: list[str]
-    prepare_digest: str = ""
-    tokenize_digest: str = ""
-    prepare_info: dict[str, Any] = field(default_factory=dict)
-    tokenize_info: dict[str, Any] = field(default_factory=dict)
+    digest: str = ""
 
 
 @dataclass
@@ -68,8 +77,8 @@ class RunResult:
     manifest_path: Path
     manifest: DatamixManifest
     seconds: float
-    reused_units: int
-    total_units: int
+    reused_units: int  # blocks whose prepare and tokenize outputs were both reused
+    total_units: int  # blocks in all
 
 
 def _file_stat(root: Path, rel: str) -> list:
@@ -162,71 +171,72 @@ def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
             "max_document_bytes": cfg.max_document_bytes, "limit": sc.max_documents,
             "document_license": sc.document_license,
             "deny_terms": sorted(cfg.licenses.document_deny_terms),
+            "block_documents": cfg.block_documents,
         }
-        u.prepare_digest = content_hash(
-            "prepare", params, [_file_stat(u.source.root, f) for f in u.files])
+        u.digest = content_hash("prepare", params, [_file_stat(u.source.root, f) for f in u.files])
         prepare_specs.append(params | {
-            "work": str(work), "digest": u.prepare_digest, "root": str(u.source.root),
+            "work": str(work), "digest": u.digest, "root": str(u.source.root),
             "files": u.files})
-    infos = _run_tasks(units.prepare_unit, prepare_specs, "read+normalize", progress)
-    for u, info in zip(plan, infos, strict=True):
-        u.prepare_info = info
+    per_unit = _run_tasks(units.prepare_unit, prepare_specs, "read+normalize", progress)
+    blocks = [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"])
+              for u, bl in zip(plan, per_unit, strict=True) for b in bl]
 
     # Exact dedup on the driver: first occurrence in (source, unit, row) order wins.
     first: dict[bytes, str] = {}
-    dups_by_unit: list[dict[str, str]] = []
-    for u in tqdm(plan, desc="exact dedup", unit="unit", disable=not progress):
-        keys, hashes = units.read_dedup_keys(str(work), u.prepare_digest)
+    dups_by_block: list[dict[str, str]] = []
+    for b in tqdm(blocks, desc="exact dedup", unit="block", disable=not progress):
+        keys, hashes = units.read_dedup_keys(str(work), b.prepare_digest)
         d = {}
         for k, h in zip(keys, hashes, strict=True):
             kept = first.setdefault(h, k)
             if kept != k:
                 d[k] = kept
-        dups_by_unit.append(d)
+        dups_by_block.append(d)
+    del first
 
     filters = cfg.filters.model_dump()
     tokenize_specs = []
-    for u, dups in zip(plan, dups_by_unit, strict=True):
+    for b, dups in zip(blocks, dups_by_block, strict=True):
         params = {"v": TOKENIZE_VERSION, "filters": filters, "tokenizer": tok.model_dump(),
                   "val_fraction": cfg.shards.val_fraction}
-        u.tokenize_digest = content_hash("tokenize", params, u.prepare_digest,
+        b.tokenize_digest = content_hash("tokenize", params, b.prepare_digest,
                                          sorted(dups.items()))
         tokenize_specs.append({
-            "work": str(work), "digest": u.tokenize_digest, "prepare_digest": u.prepare_digest,
-            "source": u.source.name, "duplicates": dups, "filters": filters,
+            "work": str(work), "digest": b.tokenize_digest, "prepare_digest": b.prepare_digest,
+            "source": b.source.name, "duplicates": dups, "filters": filters,
             "tokenizer": cfg.tokenizer, "val_fraction": cfg.shards.val_fraction})
     infos = _run_tasks(units.tokenize_unit, tokenize_specs, "filter+tokenize", progress)
-    for u, info in zip(plan, infos, strict=True):
-        u.tokenize_info = info
+    for b, info in zip(blocks, infos, strict=True):
+        b.tokenize_info = info
 
     shard_version = version_for_vocab(tok.n_vocab)
     write_specs = []
     for src in sources:
         write_specs.append({
             "work": str(work), "output_dir": str(out_dir), "source": src.name,
-            "units": [(u.prepare_digest, u.tokenize_digest) for u in plan if u.source is src],
+            "units": [(b.prepare_digest, b.tokenize_digest) for b in blocks if b.source is src],
             "tokens_per_shard": cfg.shards.tokens_per_shard, "shard_version": shard_version})
     written = _run_tasks(units.write_source, write_specs, "write shards", progress)
 
-    manifest = _manifest(cfg, tok, sources, plan, written)
+    manifest = _manifest(cfg, tok, sources, blocks, written)
     path = manifest.write(out_dir)
-    reused = sum(1 for u in plan if u.prepare_info.get("reused") and
-                 u.tokenize_info.get("reused"))
-    return RunResult(path, manifest, time.perf_counter() - t0, reused, len(plan))
+    reused = sum(1 for b in blocks if b.prepare_info.get("reused") and
+                 b.tokenize_info.get("reused"))
+    return RunResult(path, manifest, time.perf_counter() - t0, reused, len(blocks))
 
 
-def _manifest(cfg, tok, sources, plan, written) -> DatamixManifest:
+def _manifest(cfg, tok, sources, blocks, written) -> DatamixManifest:
     entries = []
     q_entries = []
     for src, w in zip(sources, written, strict=True):
-        mine = [u for u in plan if u.source is src]
+        mine = [b for b in blocks if b.source is src]
         quarantined: Counter = Counter()
         lic_rej: Counter = Counter()
         lic_acc: Counter = Counter()
         filtered: Counter = Counter()
         read = dups = kept = 0
-        for u in mine:
-            p, t = u.prepare_info, u.tokenize_info
+        for b in mine:
+            p, t = b.prepare_info, b.tokenize_info
             read += p["read"]
             quarantined.update(p["read_rejected"])
             quarantined.update(p["normalize_rejected"])

@@ -24,16 +24,17 @@ kept key, ``detail`` = ``"jaccard=0.912"``); it holds all documents of its input
 
 Lower-level pieces: :func:`normalize_for_shingles`, :func:`shingles` (reference, for
 tests and peers), :func:`minhash_signatures` (``(n_docs, num_perm)`` uint32),
-:func:`murmur3_32` (the shingle hash in pure Python), :func:`to_minhash` /
+:func:`shingle_hash32` / :func:`murmur3_32` (the shingle hash in pure Python), :func:`to_minhash` /
 :func:`to_lean_minhash` (datasketch objects), :func:`lsh_params`.
 
 datasketch interoperability
 ---------------------------
 Signatures are bit-identical to
-``datasketch.MinHash(num_perm, seed, hashfunc=murmur3_32, scheme="affine32")`` updated
-with the UTF-8 bytes of every shingle (``" ".join(words[i:i + ngram])``): the 32-bit
-MurmurHash3 of the shingle, datasketch's fmix32 pre-mix, then ``a * h + b mod 2**32`` with
-datasketch's own permutation parameters. ``to_lean_minhash(sig[i], seed)`` gives a
+``datasketch.MinHash(num_perm, seed, hashfunc=shingle_hash32, scheme="affine32")`` updated
+with the UTF-8 bytes of every shingle (``" ".join(words[i:i + ngram])``): the shingle's
+32-bit hash (:func:`shingle_hash32`, MurmurHash3 of its words' MurmurHash3 values),
+datasketch's fmix32 pre-mix, then ``a * h + b mod 2**32`` with datasketch's own
+permutation parameters. ``to_lean_minhash(sig[i], seed)`` gives a
 ``LeanMinHash`` usable in ``datasketch.MinHashLSH``.
 
 No transitive blow-up
@@ -65,7 +66,8 @@ from tokenmill.pipeline.step import Document, PipelineStep
 
 MAX_HASH32 = np.uint32(0xFFFFFFFF)
 SCHEME = "affine32"
-HASH_NAME = "murmur3_32(seed=0) of UTF-8 shingle bytes, datasketch affine32 permutations"
+HASH_NAME = ("shingle_hash32: murmur3_32 of the words' murmur3_32 values; "
+             "datasketch affine32 permutations")
 
 _NON_WORD = re.compile(r"[\W_]+")
 
@@ -104,8 +106,7 @@ def shingles(text: str, ngram: int = 5) -> list[bytes]:
 def murmur3_32(data: bytes, seed: int = 0) -> int:
     """MurmurHash3 x86_32 (Austin Appleby, public domain) of ``data``, as a Python int.
 
-    Pure Python; pass it as ``hashfunc`` to ``datasketch.MinHash`` to reproduce
-    :func:`minhash_signatures`.
+    Pure Python reference; :func:`shingle_hash32` builds the shingle hash from it.
     """
     c1, c2, m = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
     h = seed & m
@@ -140,6 +141,18 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
     return h
 
 
+def shingle_hash32(shingle: bytes) -> int:
+    """The 32-bit hash of a shingle (UTF-8 words joined by one space): MurmurHash3_x86_32
+    (seed 0) of the concatenated little-endian 32-bit MurmurHash3 values of its words.
+
+    Hashing words once and shingles from word hashes makes each shingle cost ``ngram``
+    block mixes instead of re-hashing its bytes. Pass it as ``hashfunc`` to
+    ``datasketch.MinHash`` to reproduce :func:`minhash_signatures`.
+    """
+    words = shingle.split(b" ")
+    return murmur3_32(b"".join(murmur3_32(w).to_bytes(4, "little") for w in words))
+
+
 # ---------------------------------------------------------------------------------------
 # numba kernels
 # ---------------------------------------------------------------------------------------
@@ -154,41 +167,6 @@ def _fmix32(h):
     return h
 
 
-@numba.njit(inline="always")
-def _murmur3(buf, start, end):
-    m = np.uint64(0xFFFFFFFF)
-    c1 = np.uint64(0xCC9E2D51)
-    c2 = np.uint64(0x1B873593)
-    h = np.uint64(0)
-    n = end - start
-    nblocks = n // 4
-    for i in range(nblocks):
-        p = start + 4 * i
-        k = (np.uint64(buf[p]) | (np.uint64(buf[p + 1]) << np.uint64(8))
-             | (np.uint64(buf[p + 2]) << np.uint64(16)) | (np.uint64(buf[p + 3]) << np.uint64(24)))
-        k = (k * c1) & m
-        k = ((k << np.uint64(15)) | (k >> np.uint64(17))) & m
-        k = (k * c2) & m
-        h ^= k
-        h = ((h << np.uint64(13)) | (h >> np.uint64(19))) & m
-        h = (h * np.uint64(5) + np.uint64(0xE6546B64)) & m
-    t = start + 4 * nblocks
-    rem = end - t
-    k = np.uint64(0)
-    if rem >= 3:
-        k ^= np.uint64(buf[t + 2]) << np.uint64(16)
-    if rem >= 2:
-        k ^= np.uint64(buf[t + 1]) << np.uint64(8)
-    if rem >= 1:
-        k ^= np.uint64(buf[t])
-        k = (k * c1) & m
-        k = ((k << np.uint64(15)) | (k >> np.uint64(17))) & m
-        k = (k * c2) & m
-        h ^= k
-    h ^= np.uint64(n)
-    return _fmix32(h)
-
-
 @functools.lru_cache(maxsize=1)
 def _word_char_table() -> np.ndarray:
     """bool (0x110000,): code point is alphanumeric (``str.isalnum``, i.e. regex
@@ -196,60 +174,91 @@ def _word_char_table() -> np.ndarray:
     return np.array([chr(i).isalnum() for i in range(0x110000)], dtype=np.bool_)
 
 
+@numba.njit(inline="always")
+def _mix_block(h, k):
+    m = np.uint64(0xFFFFFFFF)
+    k = (k * np.uint64(0xCC9E2D51)) & m
+    k = ((k << np.uint64(15)) | (k >> np.uint64(17))) & m
+    k = (k * np.uint64(0x1B873593)) & m
+    h ^= k
+    h = ((h << np.uint64(13)) | (h >> np.uint64(19))) & m
+    return (h * np.uint64(5) + np.uint64(0xE6546B64)) & m
+
+
+@numba.njit(inline="always")
+def _mix_tail(h, k):
+    m = np.uint64(0xFFFFFFFF)
+    k = (k * np.uint64(0xCC9E2D51)) & m
+    k = ((k << np.uint64(15)) | (k >> np.uint64(17))) & m
+    k = (k * np.uint64(0x1B873593)) & m
+    return h ^ k
+
+
 @numba.njit(cache=True, nogil=True)
-def _split_words(buf, s, e, table, scratch, starts, ends):
-    """Copy the words (runs of code points with ``table[cp]``) of UTF-8 ``buf[s:e]`` into
-    ``scratch``, one space apart; word ``k`` is ``scratch[starts[k]:ends[k]]``. Returns the
-    number of words. ``scratch`` needs ``e - s`` bytes, ``starts``/``ends`` (e-s+1)//2."""
+def _word_hashes(buf, s, e, table, wh):
+    """One pass over UTF-8 ``buf[s:e]``: the MurmurHash3_x86_32 (seed 0) of every word (a
+    maximal run of code points with ``table[cp]``) into ``wh`` (uint64, room for
+    ``(e - s + 1) // 2`` words). Returns the number of words."""
     nw = 0
-    pos = 0
     in_word = False
+    h = np.uint64(0)
+    k = np.uint64(0)
+    nb = 0
     i = s
-    while i < e:
-        c0 = np.int64(buf[i])
-        if c0 < 0x80:
-            ln = 1
-            cp = c0
-        else:
-            if c0 < 0xE0:
-                ln = 2
-                cp = c0 & 0x1F
-            elif c0 < 0xF0:
-                ln = 3
-                cp = c0 & 0x0F
+    while i <= e:
+        if i < e:
+            c0 = np.int64(buf[i])
+            if c0 < 0x80:
+                ln = 1
+                cp = c0
             else:
-                ln = 4
-                cp = c0 & 0x07
-            if i + ln > e:
-                ln = e - i
-            for q in range(1, ln):
-                cp = (cp << 6) | (np.int64(buf[i + q]) & 0x3F)
-            if cp >= 0x110000:
-                cp = 0  # malformed: a separator (table[0] is False)
-        if table[cp]:
-            if not in_word:
-                if nw > 0:
-                    scratch[pos] = 32
-                    pos += 1
-                starts[nw] = pos
-                nw += 1
-                in_word = True
-            scratch[pos] = buf[i]
-            pos += 1
-            for q in range(1, ln):
-                scratch[pos] = buf[i + q]
-                pos += 1
-            ends[nw - 1] = pos
+                if c0 < 0xE0:
+                    ln = 2
+                    cp = c0 & 0x1F
+                elif c0 < 0xF0:
+                    ln = 3
+                    cp = c0 & 0x0F
+                else:
+                    ln = 4
+                    cp = c0 & 0x07
+                if i + ln > e:
+                    ln = e - i
+                for q in range(1, ln):
+                    cp = (cp << 6) | (np.int64(buf[i + q]) & 0x3F)
+                if cp >= 0x110000:
+                    cp = 0  # malformed: a separator (table[0] is False)
+            is_word = table[cp]
         else:
+            ln = 1
+            is_word = False  # end of document closes the last word
+        if is_word:
+            if not in_word:
+                in_word = True
+                h = np.uint64(0)
+                k = np.uint64(0)
+                nb = 0
+            for q in range(ln):
+                k |= np.uint64(buf[i + q]) << np.uint64(8 * (nb & 3))
+                nb += 1
+                if nb & 3 == 0:
+                    h = _mix_block(h, k)
+                    k = np.uint64(0)
+        elif in_word:
             in_word = False
+            if nb & 3:
+                h = _mix_tail(h, k)
+            h ^= np.uint64(nb)
+            wh[nw] = _fmix32(h)
+            nw += 1
         i += ln
     return nw
 
 
 @numba.njit(cache=True, nogil=True)
-def _shingle_minhash(scratch, starts, ends, nw, ngram, a, b, sig):
-    """Minimum over the shingles of ``a * fmix32(murmur3(shingle)) + b mod 2**32`` into
-    ``sig`` (uint32 (P,), preset to 0xFFFFFFFF). Returns the number of shingles."""
+def _shingle_minhash(wh, nw, ngram, a, b, sig):
+    """Minimum over the shingles of ``a * fmix32(H) + b mod 2**32`` into ``sig`` (uint32
+    (P,), preset to 0xFFFFFFFF), H = :func:`shingle_hash32` computed from the word hashes
+    ``wh[:nw]``. Returns the number of shingles."""
     if nw == 0:
         return 0
     P = a.shape[0]
@@ -257,13 +266,17 @@ def _shingle_minhash(scratch, starts, ends, nw, ngram, a, b, sig):
     if nsh < 1:
         nsh = 1
     for w in range(nsh):
-        last = w + ngram - 1
-        if last > nw - 1:
-            last = nw - 1
-        h = np.uint32(_fmix32(_murmur3(scratch, starts[w], ends[last])))
+        last = w + ngram
+        if last > nw:
+            last = nw
+        h = np.uint64(0)
+        for q in range(w, last):
+            h = _mix_block(h, wh[q])
+        h ^= np.uint64(4 * (last - w))
+        hv = np.uint32(_fmix32(_fmix32(h)))  # murmur3 finalizer, then datasketch's pre-mix
         # uint32 wrap-around is the affine32 "mod 2**32"; min() keeps the loop SIMD
         for p in range(P):
-            sig[p] = min(sig[p], np.uint32(a[p] * h + b[p]))
+            sig[p] = min(sig[p], np.uint32(a[p] * hv + b[p]))
     return nsh
 
 
@@ -276,14 +289,12 @@ def _signatures_kernel(buf, doc_off, ngram, a, b, table, out, n_shingles):
     longest = 1
     for d in range(n_docs):
         longest = max(longest, doc_off[d + 1] - doc_off[d])
-    scratch = np.empty(longest + 1, np.uint8)
-    starts = np.empty(longest // 2 + 2, np.int64)
-    ends = np.empty(longest // 2 + 2, np.int64)
+    wh = np.empty(longest // 2 + 2, np.uint64)
     for d in range(n_docs):
-        nw = _split_words(buf, doc_off[d], doc_off[d + 1], table, scratch, starts, ends)
+        nw = _word_hashes(buf, doc_off[d], doc_off[d + 1], table, wh)
         sig = out[d]
         sig[:] = np.uint32(0xFFFFFFFF)
-        n_shingles[d] = _shingle_minhash(scratch, starts, ends, nw, ngram, a, b, sig)
+        n_shingles[d] = _shingle_minhash(wh, nw, ngram, a, b, sig)
 
 
 @functools.lru_cache(maxsize=16)
@@ -307,8 +318,9 @@ def minhash_signatures(
     Returns a ``(n_docs, num_perm)`` uint32 array (with ``return_shingle_counts`` also an
     int64 ``(n_docs,)`` array of shingle counts). An empty document's row is all
     ``0xFFFFFFFF`` (datasketch's empty MinHash). Bit-identical to datasketch (see module
-    docstring). Per document, Python only applies NFKC and ``lower``; word splitting,
-    shingle hashing and the minimum over permutations run in one numba kernel per batch.
+    docstring). Per document, Python only applies NFKC and ``lower``; word splitting and
+    hashing (one pass over the bytes), shingle hashes and the minimum over permutations
+    run in one numba kernel per batch.
 
     Raises:
         ValueError: ``num_perm`` or ``ngram`` < 1.
@@ -346,12 +358,12 @@ def minhash_signatures(
 
 
 def to_minhash(signature: np.ndarray, seed: int = 1):
-    """A ``datasketch.MinHash`` (scheme affine32, hashfunc :func:`murmur3_32`) holding
+    """A ``datasketch.MinHash`` (scheme affine32, hashfunc :func:`shingle_hash32`) holding
     ``signature`` (uint32 ``(num_perm,)``); ``update`` on it continues consistently."""
     from datasketch import MinHash
 
     a, b = _permutations(len(signature), seed)
-    return MinHash(seed=seed, hashfunc=murmur3_32, hashvalues=np.asarray(signature),
+    return MinHash(seed=seed, hashfunc=shingle_hash32, hashvalues=np.asarray(signature),
                    permutations=(a, b), scheme=SCHEME)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,7 +99,7 @@ def _short_json(value: object, limit: int = 10_000) -> str:
     return s if len(s) <= limit else s[:limit] + "…"
 
 
-def _read_lines(path: Path, ctx: _RowContext, limit: int | None) -> Iterator:
+def _read_lines(path: Path, ctx: _RowContext, limit: int | None, skip: int) -> Iterator:
     n_docs = 0
     with _open_binary(path) as f:
         for row, line in enumerate(f):
@@ -108,6 +109,8 @@ def _read_lines(path: Path, ctx: _RowContext, limit: int | None) -> Iterator:
             if not line.strip():
                 continue  # blank lines are not rows
             n_docs += 1
+            if n_docs <= skip:
+                continue  # already done by an earlier run: not even parsed
             if len(line) > ctx.max_bytes * 6 + 1024:  # JSON escapes can expand ~6x
                 yield ctx.reject(row, "too_large", raw=line[:1_000_000],
                                  detail=f"line of {len(line)} bytes")
@@ -179,9 +182,12 @@ def _read_whole(path: Path, ctx: _RowContext) -> Iterator:
 
 def read_file(
     root: Path, rel: str, source: str, text_field: str = "text",
-    max_document_bytes: int = 10_000_000, limit: int | None = None,
+    max_document_bytes: int = 10_000_000, limit: int | None = None, skip: int = 0,
 ) -> Iterator[Document | Rejection]:
     """Yield the documents (or rejected rows) of one data file, in file order.
+
+    ``skip`` rows are passed over first (line formats do not even parse them), which is
+    how a resumed run jumps over the blocks it already finished.
 
     Raises:
         ValueError: the file's format is not supported, or a parquet file lacks the
@@ -191,12 +197,13 @@ def read_file(
     ctx = _RowContext(source, rel, text_field, max_document_bytes)
     low = rel.lower()
     if low.endswith(_LINE_SUFFIXES):
-        yield from _read_lines(path, ctx, limit)
+        yield from _read_lines(path, ctx, limit, skip)
     elif low.endswith(".parquet"):
-        yield from _read_parquet(path, ctx, limit)
+        yield from itertools.islice(_read_parquet(path, ctx, limit), skip, None)
     elif low.endswith(".json"):
-        yield from _read_json_array(path, ctx, limit)
+        yield from itertools.islice(_read_json_array(path, ctx, limit), skip, None)
     elif low.endswith(_WHOLE_FILE_SUFFIXES):
-        yield from _read_whole(path, ctx)
+        if skip == 0:
+            yield from _read_whole(path, ctx)
     else:
         raise ValueError(f"{path}: unsupported data file format")

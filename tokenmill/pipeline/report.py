@@ -94,9 +94,7 @@ def document_waterfall(manifest: DatamixManifest) -> tuple[list[str], dict[str, 
         for name, counters in src.stages.items():
             if name == "read" or not isinstance(counters, dict):
                 continue
-            r = _stage_removed(counters)
-            if r:
-                removed[name] = r
+            removed[name] = _stage_removed(counters) or 0  # shown even if it removed none
         if "quarantine" not in removed and "normalize" not in removed and c.quarantined:
             removed["quarantine"] = sum(c.quarantined.values())
         if "license" not in removed and c.license_rejected:

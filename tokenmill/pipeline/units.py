@@ -16,8 +16,11 @@ tasks), so the output never depends on which worker ran them or in what order.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ import pyarrow.parquet as pq
 from tokenmill.atomic import atomic_open, sha256_file
 from tokenmill.pipeline import quarantine
 from tokenmill.pipeline.filters import LengthFilter
-from tokenmill.pipeline.intermediate import StageOutput
+from tokenmill.pipeline.intermediate import StageOutput, content_hash
 from tokenmill.pipeline.license import DocumentLicenseGate
 from tokenmill.pipeline.normalize import Normalize
 from tokenmill.pipeline.readers import read_file
@@ -49,31 +52,74 @@ def text_hash(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
-def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
-    """Stage 1 for one unit. ``spec`` keys: work, digest, source, root, files, text_field,
-    max_document_bytes, limit, document_license, deny_terms.
+def _unit_items(spec: dict[str, Any], skip: int) -> Iterator[Document | Rejection]:
+    """The unit's rows in order, the first ``skip`` passed over."""
+    root = Path(spec["root"])
+    files = spec["files"]
+    if len(files) == 1:
+        yield from read_file(root, files[0], spec["source"], spec["text_field"],
+                             spec["max_document_bytes"], spec["limit"], skip=skip)
+        return
+    # several files only for one-document-per-file formats: one row per file
+    for rel in files[skip:]:
+        yield from read_file(root, rel, spec["source"], spec["text_field"],
+                             spec["max_document_bytes"], spec["limit"])
 
-    Returns the done record's ``info``: counters by stage and reason.
+
+def block_digest(unit_digest: str, index: int) -> str:
+    return content_hash(unit_digest, "block", index)
+
+
+def prepare_unit(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Stage 1 for one unit, in blocks of ``block_documents`` rows.
+
+    ``spec`` keys: work, digest, source, root, files, text_field, max_document_bytes,
+    limit, document_license, deny_terms, block_documents.
+
+    Each block is its own content-addressed output (digest = hash(unit digest, block
+    index)), committed as soon as it is done; a rerun after a crash skips finished blocks
+    (without parsing their rows) and redoes at most the block in flight.
+
+    Returns, per block in order, ``{"digest", "info"}`` where info holds the counters.
     """
-    out = StageOutput(spec["work"], "prepare", spec["digest"])
-    done = out.load_done()
-    if done is not None:
-        return done["info"] | {"reused": True}
+    _fault_injection_delay()
+    n = spec["block_documents"]
+    blocks: list[dict[str, Any]] = []
+    index = 0
+    while True:
+        digest = block_digest(spec["digest"], index)
+        out = StageOutput(spec["work"], "prepare", digest)
+        done = out.load_done()
+        if done is None:
+            items = itertools.islice(_unit_items(spec, index * n), n + 1)
+            done = {"info": _prepare_block(spec, out, items, n)}
+            done["info"]["reused"] = False
+        else:
+            done["info"]["reused"] = True
+        blocks.append({"digest": digest, "info": done["info"]})
+        if done["info"]["last"]:
+            return blocks
+        index += 1
+
+
+def _prepare_block(spec: dict[str, Any], out: StageOutput, items, n: int) -> dict[str, Any]:
     rejected: list[Rejection] = []
     read_reasons: Counter = Counter()
     n_read = 0
+    last = True
 
     def read_all():
-        nonlocal n_read
-        for rel in spec["files"]:
-            for item in read_file(Path(spec["root"]), rel, spec["source"], spec["text_field"],
-                                  spec["max_document_bytes"], spec["limit"]):
-                n_read += 1
-                if isinstance(item, Rejection):
-                    read_reasons[item.reason] += 1
-                    rejected.append(item)
-                else:
-                    yield item
+        nonlocal n_read, last
+        for item in items:
+            if n_read == n:  # a row beyond this block exists: not the last block
+                last = False
+                return
+            n_read += 1
+            if isinstance(item, Rejection):
+                read_reasons[item.reason] += 1
+                rejected.append(item)
+            else:
+                yield item
 
     stages = []
     gate = None
@@ -95,7 +141,7 @@ def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
         "hash": pa.array([text_hash(d.text) for d in docs], pa.binary(16)),
     }
     for m in _META_COLUMNS:
-        if any(m in d.metadata for d in docs):
+        if spec["document_license"] and m == "license":
             cols[m] = pa.array([d.metadata.get(m) for d in docs], pa.string())
     out.dir.mkdir(parents=True, exist_ok=True)
     _write_parquet(out.path(".docs.parquet"), pa.table(cols))
@@ -103,13 +149,22 @@ def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
     info = {
         "read": n_read,
         "docs": len(docs),
+        "last": last,
         "read_rejected": dict(sorted(read_reasons.items())),
         "license_rejected": dict(sorted(gate.stats.rejected.items())) if gate else {},
         "license_accepted": dict(sorted(gate.accepted.items())) if gate else {},
         "normalize_rejected": dict(sorted(norm.stats.rejected.items())),
     }
     out.commit([".docs.parquet", ".quarantine.parquet"], info)
-    return info | {"reused": False}
+    return info
+
+
+def _fault_injection_delay() -> None:
+    """``TOKENMILL_TASK_DELAY_S``: seconds each task sleeps first. Only for fault-injection
+    tests (killing a worker mid-task needs a task that lasts); never set in production."""
+    delay = float(os.environ.get("TOKENMILL_TASK_DELAY_S", "0") or 0)
+    if delay > 0:
+        time.sleep(delay)
 
 
 def read_dedup_keys(work: str, digest: str) -> tuple[list[str], list[bytes]]:
@@ -128,8 +183,9 @@ def split_of(key: str, val_fraction: float) -> str:
 
 
 def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
-    """Stage 2 for one unit. ``spec`` keys: work, digest, prepare_digest, duplicates
+    """Stage 2 for one block of a unit. ``spec`` keys: work, digest, prepare_digest, duplicates
     (key → kept key), filters (LengthFilter kwargs), tokenizer, val_fraction."""
+    _fault_injection_delay()
     out = StageOutput(spec["work"], "tokenize", spec["digest"])
     done = out.load_done()
     if done is not None:

@@ -137,6 +137,19 @@ def analyze(encoding: str | tiktoken.Encoding) -> _Analysis:
                      special)
 
 
+def _signature_bits(an: _Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per left signature, packed rows of regex-boundary next tokens (``cross_bits``) and of
+    same-piece candidates that BPE can produce (``cand_bits``); plus the packed mask of next
+    tokens whose BPE verdict applies (monotone merges)."""
+    V = len(an.tokens)
+    cross = an.cross[:, an.rsig] | an.special[None, :]
+    cand = an.within[:, an.rsig] & ~cross & (an.kind > 0)[None, :]
+    pack = lambda m: np.packbits(m, axis=-1, bitorder="little")  # noqa: E731
+    kind1 = pack(an.kind == 1)
+    assert cross.shape[1] == V
+    return pack(cross), pack(cand), kind1
+
+
 def byte_pair_merge(ranks: dict[bytes, int], piece: bytes) -> list[bytes]:
     """tiktoken's ``byte_pair_merge`` in plain Python (lowest rank first, leftmost on ties),
     without the whole-piece shortcut. Returns the parts."""
@@ -213,23 +226,22 @@ class LegalityTable:
 
             bar = tqdm(total=len(row_ids), unit="row", desc=f"legality {encoding}")
         n_chunks = max(1, 8 * nb.get_num_threads())
+        cross_bits, cand_bits, kind1_bits = _signature_bits(an)
+        id_at = np.empty(V, dtype=np.int32)
+        id_at[an.pos] = np.arange(V, dtype=np.int32)
         for s in range(0, len(row_ids), chunk_rows):
             sub = row_ids[s : s + chunk_rows]
             packed[s : s + len(sub)] = kb.build_rows(
-                sub, an.lsig, an.rsig, an.cross, an.within, an.split_r, an.kind, an.ext_ptr,
-                an.ext_z, an.ext_r, an.pos, an.endp, an.child_ptr, an.child_ids, row_bytes,
-                n_chunks,
+                sub, an.lsig, cross_bits, cand_bits, kind1_bits, an.split_r, an.kind,
+                an.ext_ptr, an.ext_z, an.ext_r, an.pos, an.endp, an.child_ptr, an.child_ids,
+                id_at, n_chunks,
             )
             if bar is not None:
                 bar.update(len(sub))
         if bar is not None:
             bar.close()
-        # special tokens: possible on both sides by convention (documents are EOT-separated)
-        spec = np.flatnonzero(an.special)
-        for t in spec:
-            packed[:, t >> 3] |= np.uint8(1 << (t & 7))
-        is_spec_row = an.special[row_ids]
-        packed[is_spec_row] = 0xFF
+        # special tokens as previous tokens: everything may follow (documents are EOT-separated)
+        packed[an.special[row_ids]] = 0xFF
         if V % 8:
             packed[:, -1] &= np.uint8((1 << (V % 8)) - 1)
         seconds = time.perf_counter() - t0

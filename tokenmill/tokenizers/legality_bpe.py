@@ -213,10 +213,10 @@ def _first_ge(arr, lo, hi, x):
 
 
 @nb.njit(cache=True)
-def _mark_row(a, split_r, kind, ext_ptr, ext_z, ext_r, pos, endp, child_ptr, child_ids,
-              diff, big):
-    """Add +1/-1 interval marks (preorder coordinates) of the b's whose left chain the
-    junction merge reaches first; returns the number of intervals."""
+def _row_intervals(a, split_r, kind, ext_ptr, ext_z, ext_r, pos, endp, child_ptr, child_ids,
+                   ilo, ihi, big):
+    """Preorder intervals ``[ilo[k], ihi[k])`` of the next tokens ``b`` that BPE forbids after
+    ``a`` inside one piece (sorted and merged). Returns their number."""
     n_int = 0
     s = a
     hi = big  # rank at which s stops being a's rightmost part
@@ -231,72 +231,85 @@ def _mark_row(a, split_r, kind, ext_ptr, ext_z, ext_r, pos, endp, child_ptr, chi
             i += 1
             if kind[r] != 1 or (split_r[r] >= 0 and r >= z):
                 continue
-            diff[pos[r]] += 1
-            diff[pos[r] + 1] -= 1
+            if n_int + 2 > len(ilo):
+                break
+            ilo[n_int] = pos[r]
+            ihi[n_int] = pos[r] + 1
+            n_int += 1
             c0 = child_ptr[r]
             c1 = child_ptr[r + 1]
             j = _first_ge(child_ids, c0, c1, z)
             if j < c1:
-                diff[pos[child_ids[j]]] += 1
-                diff[endp[r]] -= 1
-            n_int += 1
+                ilo[n_int] = pos[child_ids[j]]
+                ihi[n_int] = endp[r]
+                n_int += 1
         hi = s
         s = split_r[s]
-    return n_int
+    if n_int == 0:
+        return 0
+    order = np.argsort(ilo[:n_int])
+    slo = ilo[:n_int][order]
+    shi = ihi[:n_int][order]
+    m = 0
+    clo = slo[0]
+    chi = shi[0]
+    for q in range(1, n_int):
+        lo2 = slo[q]
+        hi2 = shi[q]
+        if lo2 <= chi:
+            if hi2 > chi:
+                chi = hi2
+        else:
+            ilo[m] = clo
+            ihi[m] = chi
+            m += 1
+            clo = lo2
+            chi = hi2
+    ilo[m] = clo
+    ihi[m] = chi
+    return m + 1
 
 
 @nb.njit(parallel=True, cache=True)
-def build_rows(rows, lsig, rsig, cross, within, split_r, kind, ext_ptr, ext_z, ext_r, pos,
-               endp, child_ptr, child_ids, row_bytes, n_threads_chunks):
+def build_rows(rows, lsig, cross_bits, cand_bits, kind1_bits, split_r, kind, ext_ptr, ext_z,
+               ext_r, pos, endp, child_ptr, child_ids, id_at, n_chunks):
     """Bit-packed rows (little bit order, 1 = possible) for the previous tokens ``rows``.
 
-    Column verdict for row ``a`` and column ``b``: possible iff the regex allows a piece
-    boundary between them, or it allows both inside one piece and BPE keeps them apart.
+    ``cross_bits[lsig]``: next tokens the regex lets start a new piece after a token of that
+    signature; ``cand_bits[lsig]``: next tokens that may share a piece with it (regex) and are
+    BPE-reachable; ``kind1_bits``: next tokens with monotone merges (the BPE verdict applies).
+    Row = cross | (cand & ~(bpe_forbidden & kind1)).
     """
-    V = len(lsig)
     n_rows = len(rows)
-    out = np.zeros((n_rows, row_bytes), dtype=np.uint8)
+    row_bytes = cross_bits.shape[1]
+    out = np.empty((n_rows, row_bytes), dtype=np.uint8)
     big = np.int64(1) << 40
-    n_r = cross.shape[1]
-    for c in nb.prange(n_threads_chunks):
-        diff = np.zeros(V + 1, dtype=np.int32)
-        inv = np.zeros(V, dtype=np.uint8)
-        verdict = np.zeros(n_r, dtype=np.uint8)
-        for k in range(c, n_rows, n_threads_chunks):
+    for c in nb.prange(n_chunks):
+        bad = np.zeros(row_bytes, dtype=np.uint8)
+        ilo = np.empty(1 << 16, dtype=np.int64)
+        ihi = np.empty(1 << 16, dtype=np.int64)
+        for k in range(c, n_rows, n_chunks):
             a = rows[k]
             la = lsig[a]
-            for j in range(n_r):
-                verdict[j] = 1 if cross[la, j] else (2 if within[la, j] else 0)
             ka = kind[a]
-            if ka == 1:
-                _mark_row(a, split_r, kind, ext_ptr, ext_z, ext_r, pos, endp, child_ptr,
-                          child_ids, diff, big)
-                run = 0
-                for p in range(V):
-                    run += diff[p]
-                    diff[p] = 0
-                    inv[p] = 1 if run > 0 else 0
-                diff[V] = 0
             row = out[k]
-            for b0 in range(0, V, 8):
-                byte = 0
-                for bit in range(8):
-                    b = b0 + bit
-                    if b >= V:
-                        break
-                    v = verdict[rsig[b]]
-                    ok = False
-                    if v == 1:
-                        ok = True
-                    elif v == 2:
-                        kb = kind[b]
-                        if ka == 1:
-                            ok = kb == 2 or (kb == 1 and inv[pos[b]] == 0)
-                        elif ka == 2:
-                            ok = kb > 0
-                    if ok:
-                        byte |= 1 << bit
-                row[b0 >> 3] = byte
+            cb = cross_bits[la]
+            cd = cand_bits[la]
+            if ka != 1:
+                for j in range(row_bytes):
+                    row[j] = cb[j] | cd[j] if ka == 2 else cb[j]
+                continue
+            n_int = _row_intervals(a, split_r, kind, ext_ptr, ext_z, ext_r, pos, endp,
+                                   child_ptr, child_ids, ilo, ihi, big)
+            if n_int >= len(ilo) - 2:  # overflow: keep the row conservative (BPE ignored)
+                n_int = 0
+            for q in range(n_int):
+                for p in range(ilo[q], ihi[q]):
+                    b = id_at[p]
+                    bad[b >> 3] |= np.uint8(1 << (b & 7))
+            for j in range(row_bytes):
+                row[j] = cb[j] | (cd[j] & ~(bad[j] & kind1_bits[j]))
+                bad[j] = 0
     return out
 
 

@@ -19,7 +19,9 @@ API (for trainers)
 ...                                   # MixLoader(..., state=state) or load_state_dict(state)
 
 ``len(loader)`` / ``loader.num_steps`` is the number of steps the manifest's token budget
-gives (``total_tokens // (batch_size * seq_len)``); iteration stops there. Options:
+gives: a step reads ``batch_size * (seq_len + 1)`` tokens, so ``num_steps = total_tokens
+// (batch_size * (seq_len + 1))`` and no source is read past its granted tokens (to
+within one row); the iteration stops there. Options:
 ``output="torch"`` (tensors; ``pin_memory=True`` pins them when CUDA is available),
 ``split="val"`` (the val shards of all sources, in manifest order, one pass, no
 shuffling), ``remainder="carry" | "drop"``, ``provenance=True`` (adds ``pieces``, see
@@ -461,7 +463,7 @@ class MixLoader:
         self._p_len = np.zeros(cap, np.int64)
         self._p_bos = np.zeros(cap, np.int64)
         if split == "train":
-            steps = self.manifest.total_tokens // (self.batch_size * self.seq_len)
+            steps = self.manifest.total_tokens // (self.batch_size * (self.seq_len + 1))
         else:
             rows = _rows_one_pass(self._doc_len, self.seq_len + 1, remainder == "carry")
             steps = rows // self.batch_size
@@ -489,7 +491,7 @@ class MixLoader:
         if self.split == "train":
             segs = self.manifest.segments
             self._seg_row_start = np.array(
-                [math.ceil(s.start_token / self.seq_len) for s in segs], np.int64)
+                [math.ceil(s.start_token / (self.seq_len + 1)) for s in segs], np.int64)
             self._seg_w = np.array([[s.weights.get(n, 0.0) for n in self.source_names]
                                     for s in segs], np.float64)
             for i in range(len(self.source_names)):  # sources with no documents

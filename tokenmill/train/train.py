@@ -28,7 +28,6 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -79,8 +78,9 @@ class TrainConfig:
     lem: bool = False
     lem_k: int = 4
     lem_ahead: int = 4  # LEMStream slots ahead of the trainer
-    lem_window: int | None = None  # predictor memory window (tokens); None = predictor default
+    lem_window: int | None = None  # predictor memory window (tokens); None = its default
     loader: str = "auto"  # auto | datamix | stream
+    doc_mask: bool = False  # datamix loader: attention stays inside each document
     device: str = "auto"  # auto | cpu | cuda
     num_threads: int = 0  # CPU torch threads (0 = torch default)
     peak_flops: float = 0.0  # per device, for MFU; 0 = guess from the device name
@@ -143,10 +143,12 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 @dataclass
 class Batch:
-    """One rank's micro-batch: ``inputs``/``targets`` ``int64 [B, T]``."""
+    """One rank's micro-batch: ``inputs``/``targets`` ``int64 [B, T]``, optional document
+    index per position ``doc_ids int32 [B, T]`` (for document-masked attention)."""
 
     inputs: torch.Tensor
     targets: torch.Tensor
+    doc_ids: torch.Tensor | None = None
 
 
 def _shard_paths(manifest_path: str, split: str) -> tuple[list[Path], Any]:
@@ -215,48 +217,75 @@ class StreamLoader:
         self.step = int(state["step"])
 
 
-def make_train_loader(cfg: TrainConfig, rank: int, world: int):
-    """The datamix loader for training datamix manifests (when installed), else
-    :class:`StreamLoader`. Returns an object with ``next_batch()``, ``state_dict()`` and
-    ``load_state_dict()``."""
-    manifest = json.loads(_manifest_file(cfg.data).read_text())
-    is_curation = manifest.get("kind") == "curation"
-    want = cfg.loader
-    if want == "auto":
-        want = "stream" if is_curation else "datamix"
-    if want == "datamix":
-        try:
-            from tokenmill.train import data as datamix  # noqa: F401
-        except ModuleNotFoundError as e:
-            raise RuntimeError(
-                "loader=datamix needs tokenmill.train.data (the datamix loader), not installed"
-            ) from e
-        return _DatamixAdapter(cfg, rank, world)
-    paths, _ = _shard_paths(cfg.data, "train")
-    return StreamLoader(paths, cfg.batch_size, cfg.seq_len, rank, world, cfg.seed)
-
-
 def _manifest_file(path: str) -> Path:
     p = Path(path)
     return p / "manifest.json" if p.is_dir() else p
 
 
-class _DatamixAdapter:
-    """Adapts :mod:`tokenmill.train.data` to ``next_batch()`` (inputs/targets)."""
+def _is_training_mix(path: str) -> bool:
+    return json.loads(_manifest_file(path).read_text()).get("kind") == "training-mix"
+
+
+def data_tokenizer(path: str):
+    """The :class:`~tokenmill.tokenizers.TokenizerIdentity` of a curation or training-mix
+    manifest."""
+    if _is_training_mix(path):
+        from tokenmill.manifests.mix import load_mix_manifest
+
+        return load_mix_manifest(_manifest_file(path)).tokenizer
+    return load_manifest(path).tokenizer
+
+
+def make_train_loader(cfg: TrainConfig, rank: int, world: int):
+    """:class:`tokenmill.train.data.MixLoader` for a training datamix manifest
+    (``tokenmill mix build``), :class:`StreamLoader` for a curation manifest
+    (``loader: auto``); either can be forced with ``loader``. Returns an object with
+    ``next_batch() -> Batch``, ``state_dict()`` and ``load_state_dict()``."""
+    want = cfg.loader
+    if want == "auto":
+        want = "datamix" if _is_training_mix(cfg.data) else "stream"
+    if want == "datamix":
+        return _MixAdapter(cfg, rank, world)
+    paths, _ = _shard_paths(cfg.data, "train")
+    return StreamLoader(paths, cfg.batch_size, cfg.seq_len, rank, world, cfg.seed)
+
+
+def _doc_ids(cu_seqlens: np.ndarray, b: int, t: int) -> torch.Tensor:
+    """Segment index per position ``int32 [b, t]`` from cumulative segment lengths."""
+    seg = np.zeros(b * t, dtype=np.int32)
+    starts = np.asarray(cu_seqlens[1:-1], dtype=np.int64)
+    seg[starts] = 1
+    return torch.from_numpy(np.cumsum(seg, dtype=np.int32).reshape(b, t))
+
+
+class _MixAdapter:
+    """:class:`tokenmill.train.data.MixLoader` as a ``next_batch() -> Batch`` source; a
+    global batch is ``batch_size * world`` rows, this rank gets its ``batch_size``."""
 
     def __init__(self, cfg: TrainConfig, rank: int, world: int) -> None:
-        from tokenmill.train import data as datamix
-
-        self.loader = datamix.DatamixLoader(
-            cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len, rank=rank,
-            world_size=world, seed=cfg.seed,
-        )
+        try:
+            from tokenmill.train.data import MixLoader
+        except ModuleNotFoundError as e:
+            raise RuntimeError("loader=datamix needs tokenmill.train.data (MixLoader)") from e
+        self.loader = MixLoader(cfg.data if not Path(cfg.data).is_dir()
+                                else _manifest_file(cfg.data),
+                                seq_len=cfg.seq_len, batch_size=cfg.batch_size * world,
+                                world_size=world, rank=rank)
+        need = cfg.steps * cfg.grad_accum
+        if need > self.loader.num_steps:
+            raise ValueError(
+                f"{cfg.data}: the datamix budget gives {self.loader.num_steps} steps of "
+                f"{cfg.batch_size * world} x {cfg.seq_len} tokens; the config asks {need}"
+            )
+        self.doc_mask = cfg.doc_mask
+        self.b, self.t = cfg.batch_size, cfg.seq_len
 
     def next_batch(self) -> Batch:
-        b = self.loader.next_batch()
-        x = torch.as_tensor(np.asarray(b.inputs), dtype=torch.long)
-        y = torch.as_tensor(np.asarray(b.targets), dtype=torch.long)
-        return Batch(x, y)
+        d = self.loader.next_batch()
+        x = torch.as_tensor(d["inputs"], dtype=torch.long)
+        y = torch.as_tensor(d["targets"], dtype=torch.long)
+        doc = _doc_ids(np.asarray(d["cu_seqlens"]), self.b, self.t) if self.doc_mask else None
+        return Batch(x, y, doc)
 
     def state_dict(self) -> dict:
         return self.loader.state_dict()
@@ -266,12 +295,27 @@ class _DatamixAdapter:
 
 
 def validation_set(cfg: TrainConfig) -> torch.Tensor:
-    """The fixed validation sequences ``int64 [Nv, seq_len + 1]``: ``Nv = val_tokens //
-    seq_len`` windows (at least one) evenly spaced over the val shards in manifest order, so
-    every val source is represented in proportion to its tokens."""
+    """The fixed validation sequences ``int64 [Nv, seq_len + 1]``, ``Nv = val_tokens //
+    seq_len`` (at least one). Curation manifest: windows evenly spaced over the val shards in
+    manifest order, so every val source is represented in proportion to its tokens. Training
+    datamix: the first ``Nv`` document-aligned rows of ``MixLoader(split="val")``."""
+    n = max(1, cfg.val_tokens // cfg.seq_len)
+    if _is_training_mix(cfg.data):
+        from tokenmill.train.data import MixLoader
+
+        vl = MixLoader(_manifest_file(cfg.data), seq_len=cfg.seq_len, batch_size=1,
+                       split="val")
+        rows = []
+        for d in vl:
+            rows.append(np.concatenate([d["inputs"][0], d["targets"][0, -1:]]))
+            if len(rows) == n:
+                break
+        if not rows:
+            raise ValueError(f"{cfg.data}: the val split has no row of {cfg.seq_len + 1} tokens")
+        return torch.from_numpy(np.stack(rows).astype(np.int64))
     paths, _ = _shard_paths(cfg.data, "val")
     s = StreamLoader(paths, 1, cfg.seq_len)
-    n = max(1, min(cfg.val_tokens, s.total - 1) // cfg.seq_len)
+    n = min(n, max(1, (s.total - 1) // cfg.seq_len))
     offs = np.linspace(0, s.total - cfg.seq_len - 1, n).astype(np.int64)
     return torch.from_numpy(np.stack([s.read(int(o), cfg.seq_len + 1) for o in offs]))
 
@@ -282,52 +326,28 @@ def validation_set(cfg: TrainConfig) -> torch.Tensor:
 
 
 def prefix_array(encoding_name: str) -> np.ndarray:
-    """``int32 [n_vocab]``: the token whose bytes are the longest proper prefix of each
-    token's bytes, -1 if none. Uses :class:`tokenmill.tokenizers.prefix.PrefixMap` when
-    installed; otherwise computes the same definition directly from the tiktoken ranks."""
-    try:
-        from tokenmill.tokenizers.prefix import PrefixMap
-    except ModuleNotFoundError:
-        PrefixMap = None
-    if PrefixMap is not None:
-        pm = PrefixMap(encoding_name) if not hasattr(PrefixMap, "build") else (
-            PrefixMap.build(encoding_name))
-        arr = getattr(pm, "array", None)
-        if arr is None:
-            arr = getattr(pm, "prefix_ids", None)
-        if arr is not None:
-            return np.asarray(arr, dtype=np.int32)
-    from tokenmill.tokenizers import get_encoding
+    """``int32 [n_vocab]``: the longest proper token prefix of each token, -1 if none
+    (:class:`tokenmill.tokenizers.prefix.PrefixMap`), used as the auxiliary target."""
+    from tokenmill.tokenizers.prefix import PrefixMap
 
-    enc = get_encoding(encoding_name)
-    out = np.full(enc.n_vocab, -1, dtype=np.int32)
-    ranks = enc._mergeable_ranks  # bytes -> id
-    for tok, tid in ranks.items():
-        for cut in range(len(tok) - 1, 0, -1):
-            p = ranks.get(tok[:cut])
-            if p is not None:
-                out[tid] = p
-                break
-    return out
+    return np.asarray(PrefixMap.build(encoding_name).parent, dtype=np.int32)
 
 
 def load_mask_bits(path: str, n_vocab: int, encoding_name: str | None = None) -> torch.Tensor:
-    """Packed legality rows ``uint8 [n_vocab, ceil(n_vocab/8)]`` (LSB-first) from a ``.npy``
-    file or a :class:`tokenmill.tokenizers.legality.LegalityTable` file/folder."""
+    """Packed legality rows ``uint8 [n_vocab, ceil(n_vocab/8)]`` (LSB-first, 1 = possible)
+    from a ``.npy`` file or a :class:`tokenmill.tokenizers.legality.LegalityTable` file or
+    folder (checked against ``encoding_name``: another tokenizer's table raises).
+
+    Raises:
+        ValueError: the rows do not cover the vocabulary.
+    """
     p = Path(path)
     if p.suffix == ".npy":
         bits = np.load(p, mmap_mode="r")
     else:
         from tokenmill.tokenizers.legality import LegalityTable
 
-        table = LegalityTable.load(p)
-        bits = getattr(table, "packed", None)
-        if bits is None:
-            bits = table.packed_rows()
-        if encoding_name is not None:
-            name = getattr(getattr(table, "identity", None), "name", encoding_name)
-            if name != encoding_name:
-                raise ValueError(f"{p}: legality table is for {name}, data is {encoding_name}")
+        bits = LegalityTable.load(p, encoding=encoding_name).packed
     bits = np.ascontiguousarray(bits, dtype=np.uint8)
     need = (n_vocab + 7) // 8
     if bits.ndim != 2 or bits.shape[0] < n_vocab or bits.shape[1] < need:
@@ -338,56 +358,72 @@ def load_mask_bits(path: str, n_vocab: int, encoding_name: str | None = None) ->
 
 
 class LEMFeed:
-    """Trainer side of the LEM predictor: :class:`tokenmill.ngram.LEMStream` running in its
-    own process over the same loader order, ``lem_ahead`` slots ahead.
+    """Trainer side of the LEM side input: :class:`tokenmill.ngram.stream.LEMStream` runs the
+    online predictor (per-step causality: matches only from earlier steps, modded-nanogpt
+    PR #367) in its own process over this rank's batches in loader order, up to ``lem_ahead``
+    steps ahead.
 
-    ``get(step)`` returns this rank's ``(match_len int [B, T], candidates int [B, T, K])`` and
-    accumulates ``wait_s`` (time the trainer blocked on the predictor); ``lag`` is how many
-    steps the producer is ahead (negative = behind).
+    Each rank's predictor sees that rank's own stream. On resume the producer replays the
+    stream from step 0 (the predictor's history must be the same), and the trainer discards
+    the replayed steps, so resumed runs see the same features as uninterrupted ones.
+
+    ``get(step)`` returns ``(match_len int32 [B, T], candidates int32 [B, T, K])`` (copies) and
+    accumulates ``wait_s``, the time the trainer blocked on the predictor.
     """
 
-    def __init__(self, cfg: TrainConfig, rank: int, world: int, make_loader: Callable) -> None:
-        try:
-            from tokenmill.ngram import LEMStream
-        except ImportError as e:
-            raise RuntimeError(
-                "lem=true needs tokenmill.ngram.LEMStream (the online predictor), not installed"
-            ) from e
-        self.rank, self.b = rank, cfg.batch_size
-        self.stream = LEMStream(
-            make_loader=make_loader, k=cfg.lem_k, ahead=cfg.lem_ahead, window=cfg.lem_window,
-            rank=rank, world_size=world, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-        )
+    def __init__(self, cfg: TrainConfig, rank: int, world: int, eot: int) -> None:
+        from tokenmill.ngram.stream import LEMStream
+
+        def batches():
+            loader = make_train_loader(cfg, rank, world)
+            while True:
+                yield loader.next_batch().inputs.numpy()
+
+        kw = {} if cfg.lem_window is None else {"window": cfg.lem_window}
+        self.stream = LEMStream(batches(), (cfg.batch_size, cfg.seq_len), eot=eot,
+                                k=cfg.lem_k, n_steps=cfg.steps, ahead=cfg.lem_ahead,
+                                mode="step", **kw)
         self.wait_s = 0.0
 
-    def start(self, step: int) -> None:
-        self.stream.start(step)
+    def skip_to(self, step: int) -> None:
+        """Consume (and drop) steps ``0 .. step - 1`` after a resume."""
+        for s in range(step):
+            self.stream.get(s)
 
     def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         t0 = time.perf_counter()
-        match_len, cand = self.stream.get(step)
+        ml, cand = self.stream.get(step)
+        out = torch.from_numpy(ml.copy()), torch.from_numpy(cand.copy())
         self.wait_s += time.perf_counter() - t0
-        return torch.as_tensor(match_len), torch.as_tensor(cand)
+        return out
 
     @property
     def lag(self) -> int:
-        return int(getattr(self.stream, "lag", 0))
+        """Steps the producer is ahead of the trainer."""
+        return int(self.stream.counters["lag"])
 
     def close(self) -> None:
         self.stream.close()
 
 
-def lem_for_sequences(seqs: np.ndarray, k: int, window: int | None) -> tuple[np.ndarray, ...]:
-    """LEM side input for fixed sequences (validation): the online predictor run inline over
-    the concatenated ``seqs[:, :-1]`` in order, per-position causality. Returns
-    ``(match_len [Nv, T], candidates [Nv, T, k])``."""
-    from tokenmill import ngram
+def lem_for_validation(cfg: TrainConfig, val: torch.Tensor, eot: int,
+                       prime_tokens: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """LEM side input for the fixed validation sequences: an
+    :class:`~tokenmill.ngram.lem.OnlineLEM` (per-position causality) primed with the first
+    ``prime_tokens`` tokens of the training stream (the first steps' batches of a fresh
+    loader), then run over the validation inputs row by row. The same features at every
+    evaluation, so validation losses are comparable across steps. Returns
+    ``(match_len int32 [Nv, T], candidates int32 [Nv, T, K])``."""
+    from tokenmill.ngram.lem import OnlineLEM
 
-    flat = np.ascontiguousarray(seqs[:, :-1]).reshape(-1)
-    pred = ngram.OnlineLEM(k=k, window=window) if window else ngram.OnlineLEM(k=k)
-    ml, cand = pred.update(flat)
-    n, t = seqs.shape[0], seqs.shape[1] - 1
-    return np.asarray(ml).reshape(n, t), np.asarray(cand).reshape(n, t, k)
+    kw = {} if cfg.lem_window is None else {"window": cfg.lem_window}
+    lem = OnlineLEM(eot=eot, k=cfg.lem_k, mode="position", **kw)
+    loader = make_train_loader(cfg, 0, 1)
+    per = cfg.batch_size * cfg.seq_len
+    for _ in range(max(1, min(prime_tokens // per, cfg.steps))):
+        lem.step(loader.next_batch().inputs.numpy())
+    ml, cand = lem.step(val[:, :-1].numpy())
+    return ml.copy(), cand.copy()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -508,8 +544,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
         atomic_write_text(out / "config.json", json.dumps(asdict(cfg), indent=2) + "\n")
 
     # data and tokenizer
-    _, manifest = _shard_paths(cfg.data, "val")
-    ident = manifest.tokenizer
+    ident = data_tokenizer(cfg.data)
     train_loader = make_train_loader(cfg, rank, world)
     val = validation_set(cfg)
     mask_bits = (load_mask_bits(cfg.legality, ident.n_vocab, ident.name).to(device)
@@ -555,9 +590,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
     if cfg.lem:
         if cfg.grad_accum != 1:
             raise ValueError("lem=true supports grad_accum=1 only")
-        lem_feed = LEMFeed(cfg, rank, world, lambda: make_train_loader(cfg, rank, world))
-        lem_feed.start(start_step)
-        val_lem = lem_for_sequences(val.numpy(), cfg.lem_k, cfg.lem_window)
+        lem_feed = LEMFeed(cfg, rank, world, ident.eot_token)
+        lem_feed.skip_to(start_step)
+        val_lem = lem_for_validation(cfg, val, ident.eot_token)
 
     def _eval() -> dict[str, float]:
         return evaluate(model, val, device, cfg.batch_size, autocast, mask_bits, val_lem)
@@ -592,6 +627,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
         val_hist.append({"step": 0, **_eval()})
     t_start = time.perf_counter()
     t_steps = 0.0
+    t_all = 0.0  # every step's time (for the LEM wait share)
     n_timed = 0
     step = start_step
     stopped = False
@@ -607,6 +643,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
                 x = batch.inputs.to(device, non_blocking=True)
                 y = batch.targets.to(device, non_blocking=True)
                 kw: dict[str, Any] = {}
+                if batch.doc_ids is not None:
+                    kw["doc_ids"] = batch.doc_ids.to(device)
                 if prefix is not None:
                     kw.update(aux_targets=prefix[y], aux_weight=cfg.prefix_aux_weight)
                 if lem_feed is not None:
@@ -630,6 +668,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
                 loss_acc = float(t) / world
             history.append((step, loss_acc))
             dt = time.perf_counter() - t0
+            t_all += dt
             if step > start_step + 1:  # the first step includes warm-up costs
                 t_steps += dt
                 n_timed += 1
@@ -661,7 +700,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
     wall = time.perf_counter() - t_start
     tps = tokens_per_step * n_timed / t_steps if t_steps > 0 else float("nan")
     mfu = flops_tok * tps / (peak * world) if peak > 0 else float("nan")
-    lem_frac = (lem_feed.wait_s / wall) if (lem_feed is not None and wall > 0) else 0.0
+    lem_frac = (lem_feed.wait_s / t_all) if (lem_feed is not None and t_all > 0) else 0.0
     result = RunResult(str(out), step, history, val_hist, tps, lem_frac, wall, mfu, stopped)
     if master:
         atomic_write_text(out / "metrics.json", result.to_json())
@@ -685,7 +724,7 @@ def summary_table(r: RunResult) -> str:
         ("masked val targets", f"{int(last.get('masked_targets', 0))}"),
         ("tokens/s", f"{r.tokens_per_s:,.0f}"),
         ("MFU", f"{r.mfu:.1%}" if math.isfinite(r.mfu) else "-"),
-        ("LEM wait / wall", f"{r.lem_wait_frac:.1%}"),
+        ("LEM wait / step time", f"{r.lem_wait_frac:.1%}"),
         ("wall s", f"{r.wall_s:.1f}"),
     ]
     w = max(len(k) for k, _ in rows)

@@ -1,0 +1,175 @@
+"""MinHash signature throughput: tokenmill vs datasketch vs rensa, same documents, one run.
+
+Documents: linux-docs-rst (all .rst.txt) plus cc-main-2019-sample (../shared/data).
+Shingling: word 5-grams after tokenmill's normalization (NFKC, lower case, non-word runs
+to one space), num_perm = 128 for every system.
+
+Rows (documents/s, single thread; rensa runs with RAYON_NUM_THREADS=1):
+
+* tokenmill ``minhash_signatures``: text -> signature, normalization included.
+* shingle prep (Python): ``shingles(text)`` for the peers (their input), timed apart.
+* datasketch ``MinHash.update`` loop (one call per shingle) on a sample (it is slow).
+* datasketch ``update_batch`` (one call per document).
+* rensa ``RMinHash.update`` (one object per document) and rensa's bulk
+  ``RMinHash.digest_matrix_from_token_sets`` (its fastest API).
+
+Peer rates are given for hashing alone (shingles prepared beforehand, the most favourable
+reading for them) and end to end (prep + hashing); the ratio column is tokenmill's
+end-to-end rate over the peer's rate. Then the end-to-end ``fuzzy_dedup`` on the whole set
+(embedded Ray, 2 CPUs) in a fresh child process: wall time and the driver's peak RSS
+(Ray workers, which only group LSH bands, are not included).
+
+Usage: ``.venv/bin/python benchmarks/bench_minhash.py [--sample 200] [--limit N]``
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import argparse  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def load_docs(limit: int | None = None) -> tuple[list[str], list[str]]:
+    keys, texts = [], []
+    root = SHARED / "corpora" / "linux-docs-rst" / "data"
+    for p in sorted(root.rglob("*.rst.txt")):
+        keys.append(f"linux/{p.relative_to(root)}")
+        texts.append(p.read_text("utf-8", errors="replace"))
+    for f in sorted((SHARED / "corpora" / "cc-main-2019-sample" / "data").glob("*.jsonl.gz")):
+        with gzip.open(f, "rt", encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                keys.append(f"cc/{f.name}#{i:06d}")
+                texts.append(json.loads(line)["text"])
+    if limit:
+        keys, texts = keys[:limit], texts[:limit]
+    return keys, texts
+
+
+def e2e(limit: int | None) -> None:
+    """Child mode: fuzzy_dedup over the whole set; prints one JSON line."""
+    from tokenmill.pipeline.minhash import fuzzy_dedup
+
+    keys, texts = load_docs(limit)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    res = fuzzy_dedup(keys, texts)
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"docs": len(keys), "wall_s": wall, "peak_rss_mib": rss / 1024,
+                      "rss_before_mib": rss0 / 1024, "removed": len(res.removed),
+                      "params": res.params, "seconds": res.counters["seconds"]}))
+
+
+def rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sample", type=int, default=200,
+                    help="documents for the slow datasketch update loop")
+    ap.add_argument("--limit", type=int, default=None, help="use only the first N documents")
+    ap.add_argument("--e2e", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.e2e:
+        e2e(args.limit)
+        return
+
+    import numpy as np
+    import rensa
+    from datasketch import MinHash
+
+    from tokenmill.pipeline.minhash import minhash_signatures, shingle_hash32, shingles
+
+    keys, texts = load_docs(args.limit)
+    n = len(texts)
+    mb = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts) / 2**20
+    print(f"{n} documents ({mb:.1f} MiB), num_perm=128, word 5-grams, 1 thread")
+    minhash_signatures(texts[:5])  # numba compile / cache load, not timed
+
+    t = time.perf_counter()
+    sig = minhash_signatures(texts, num_perm=128, seed=1)
+    t_tm = time.perf_counter() - t
+    t = time.perf_counter()
+    sh = [shingles(x) for x in texts]
+    t_prep = time.perf_counter() - t
+    n_sh = sum(map(len, sh))
+
+    sample = sh[: args.sample]
+    t = time.perf_counter()
+    for s in sample:
+        m = MinHash(num_perm=128, seed=1, hashfunc=shingle_hash32)
+        for x in s:
+            m.update(x)
+    t_ds_loop = (time.perf_counter() - t) * n / max(1, len(sample))  # per-doc rate scaled
+    # same hash function as tokenmill: identical signatures (spot check on the sample)
+    assert np.array_equal(m.hashvalues, sig[len(sample) - 1])
+    t_ds_sample_prep = t_prep * len(sample) / n
+
+    t = time.perf_counter()
+    for s in sh:
+        m = MinHash(num_perm=128, seed=1)
+        m.update_batch(s)
+    t_ds_batch = time.perf_counter() - t
+
+    sh_str = [[x.decode("utf-8", "surrogatepass") for x in s] for s in sh]
+    t = time.perf_counter()
+    for s in sh_str:
+        r = rensa.RMinHash(num_perm=128, seed=1)
+        r.update(s)
+        r.digest()
+    t_rensa = time.perf_counter() - t
+    t = time.perf_counter()
+    rensa.RMinHash.digest_matrix_from_token_sets(sh_str, num_perm=128, seed=1)
+    t_rensa_bulk = time.perf_counter() - t
+
+    tm_rate = rate(n, t_tm)
+    rows = [("tokenmill minhash_signatures (text -> sig)", t_tm, None)]
+    rows.append(("shingle prep for peers (Python)", t_prep, None))
+    rows.append((f"datasketch update loop (sample {len(sample)})", t_ds_loop, t_ds_sample_prep))
+    rows.append(("datasketch update_batch", t_ds_batch, t_prep))
+    rows.append(("rensa RMinHash.update", t_rensa, t_prep))
+    rows.append(("rensa digest_matrix_from_token_sets", t_rensa_bulk, t_prep))
+    print(f"\n{'system':45s} {'hash docs/s':>12s} {'e2e docs/s':>12s} "
+          f"{'tm/peer(hash)':>14s} {'tm/peer(e2e)':>13s}")
+    for name, secs, prep in rows:
+        if prep is None:
+            print(f"{name:45s} {rate(n, secs):12,.0f} {'':>12s}")
+            continue
+        if name.startswith("datasketch update loop"):
+            prep = t_prep  # scaled to all documents
+        h, e = rate(n, secs), rate(n, secs + prep)
+        print(f"{name:45s} {h:12,.0f} {e:12,.0f} {tm_rate / h:13.2f}x {tm_rate / e:12.2f}x")
+    print(f"\nshingles: {n_sh:,} ({n_sh / n:.0f}/doc); tokenmill "
+          f"{t_tm / n_sh * 1e9:.0f} ns/shingle end to end")
+
+    print("\nend-to-end fuzzy_dedup (child process, embedded Ray with 2 CPUs):")
+    cmd = [sys.executable, __file__, "--e2e"] + (["--limit", str(args.limit)]
+                                                 if args.limit else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"  {res['docs']} docs: wall {res['wall_s']:.2f} s "
+          f"(signatures {res['seconds']['signatures']} s, LSH on Ray {res['seconds']['lsh']} s "
+          f"incl. Ray start, clusters {res['seconds']['clusters']} s); "
+          f"removed {res['removed']}; driver peak RSS {res['peak_rss_mib']:.0f} MiB "
+          f"(before the call {res['rss_before_mib']:.0f} MiB); bands x rows = "
+          f"{res['params']['bands']} x {res['params']['rows']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""The curation report (tokenmill.pipeline.report) over a small real run folder.
+
+The ``run_dir`` fixture builds what ``tokenmill run`` leaves behind from real corpora, with
+this issue's stages (exact dedup by text, Gopher quality, FineWeb, language id, MinHash
+fuzzy dedup), real gpt2 tokens written with ``write_shard`` (EOT before every document)
+and a :class:`DatamixManifest`. It can be swapped for the pipeline's own output later.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.shared import corpora
+from tokenmill.atomic import sha256_file
+from tokenmill.manifests.schema import (
+    DatamixManifest,
+    QuarantineEntry,
+    ShardEntry,
+    SourceCounts,
+    SourceEntry,
+    load_manifest,
+)
+from tokenmill.pipeline.langid import LanguageFilter
+from tokenmill.pipeline.minhash import FuzzyDedup
+from tokenmill.pipeline.quality import FineWebQualityFilter, GopherQualityFilter
+from tokenmill.pipeline.report import document_waterfall, write_report
+from tokenmill.pipeline.shards import sidecar_path, write_shard
+from tokenmill.pipeline.step import Document, Rejection
+from tokenmill.tokenizers import get_encoding, identity
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _texts(name: str) -> list[str]:
+    out = []
+    for f in sorted(corpora(name, "data").glob("*.gz")):
+        with gzip.open(f, "rt", encoding="utf-8") as fh:
+            out += [json.loads(line)["text"] for line in fh]
+    return out
+
+
+def _curate(source: str, texts: list[str], rejected: list[Rejection]):
+    docs = [Document(key=f"{source}/data#{i:06d}", source=source, text=t)
+            for i, t in enumerate(texts)]
+    seen: dict[str, str] = {}
+    unique = []
+    exact = 0
+    for d in docs:  # exact dedup by text (the pipeline's own stage does this for real)
+        h = hashlib.sha256(d.text.encode("utf-8", "surrogatepass")).hexdigest()
+        if h in seen:
+            exact += 1
+            rejected.append(Rejection(d.key, source, "exact_dedup", "exact_duplicate",
+                                      text=d.text, duplicate_of=seen[h]))
+        else:
+            seen[h] = d.key
+            unique.append(d)
+    stages = [GopherQualityFilter(), FineWebQualityFilter(),
+              LanguageFilter(languages=["en", "es", "de", "fr", "it"]), FuzzyDedup()]
+    stream = iter(unique)
+    for st in stages:
+        st.sink = rejected.append
+        stream = st(stream)
+    kept = list(stream)
+    counters = {"read": {"rows": len(docs)}, "exact_dedup": {"removed": exact}}
+    counters.update({st.name: st.stats.to_dict() for st in stages})
+    filtered = {}
+    for st in stages:
+        filtered.update(st.stats.rejected)
+    counts = SourceCounts(read=len(docs), exact_duplicates=exact, filtered=filtered,
+                          kept=len(kept))
+    return kept, counts, counters
+
+
+def _build_run(out: Path, with_language: bool = True, with_quarantine: bool = True) -> Path:
+    enc = get_encoding("gpt2")
+    tok = identity("gpt2")
+    (out / "shards").mkdir(parents=True)
+    rejected: list[Rejection] = []
+    sources = []
+    c4 = _texts("c4-en-sample")[:150]
+    # near-duplicates, as web crawls hold them: a few documents again with one word changed
+    c4 += [re.sub(r"\bthe\b", "a", t, count=1) for t in c4[:40:4]]
+    for name, texts, weight in (("c4", c4, 1.0),
+                                ("cc", _texts("cc-main-2019-sample"), 0.5)):
+        kept, counts, counters = _curate(name, texts, rejected)
+        ids = enc.encode_ordinary_batch([d.text for d in kept], num_threads=2)
+        tokens = np.concatenate([np.r_[tok.eot_token, x] for x in ids]).astype(np.int64)
+        offsets = np.cumsum([0] + [len(x) + 1 for x in ids[:-1]]).astype(np.uint64)
+        path = out / "shards" / f"{name}_train_000000.bin"
+        extra = None
+        if with_language:
+            extra = {"language": pa.array([d.metadata["language"] for d in kept]),
+                     "language_score": pa.array([d.metadata["language_score"] for d in kept],
+                                                pa.float32())}
+        write_shard(path, tokens, 1, offsets, [d.key for d in kept], extra_columns=extra)
+        shard = ShardEntry(path=str(path.relative_to(out)), split="train", version=1,
+                           tokens=int(tokens.size), documents=len(kept),
+                           sha256=sha256_file(path),
+                           sidecar_sha256=sha256_file(sidecar_path(path)))
+        sources.append(SourceEntry(
+            name=name, origin=f"corpora/{name}", license="test", mixture_weight=weight,
+            counts=counts, tokens={"train": int(tokens.size), "val": 0},
+            documents={"train": len(kept), "val": 0}, shards=[shard], stages=counters))
+    q_entries = []
+    if with_quarantine:
+        qdir = out / "quarantine"
+        qdir.mkdir()
+        qp = qdir / "all.parquet"
+        cols = ("key", "source", "stage", "reason", "text", "duplicate_of", "detail")
+        pq.write_table(pa.table({c: [getattr(r, c) for r in rejected] for c in cols}), qp)
+        q_entries.append(QuarantineEntry(path="quarantine/all.parquet", rows=len(rejected),
+                                         sha256=sha256_file(qp)))
+    DatamixManifest(name="report-test", config={}, config_sha256="0" * 64, tokenizer=tok,
+                    sources=sources, quarantine=q_entries).write(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return _build_run(tmp_path_factory.mktemp("run"))
+
+
+def _check_rendered(out: Path, res) -> list[str]:
+    import matplotlib.image as mpimg
+
+    html = res.html.read_text("utf-8")
+    assert res.html == out / "report.html"
+    referenced = re.findall(r"<img src='([^']+)'", html)
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert sorted(referenced) == pngs == sorted(p.name for p in res.images)
+    for name in pngs:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC, name
+        img = mpimg.imread(out / name)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100, name
+    assert "http://" not in html and "https://" not in html
+    return pngs
+
+
+def test_report_renders_every_plot(run_dir):
+    res = write_report(run_dir)
+    pngs = _check_rendered(run_dir, res)
+    assert pngs == sorted(["waterfall.png", "lengths.png", "removal_rates.png",
+                           "duplicate_clusters.png", "languages.png", "mixture.png"])
+    assert res.skipped == {}
+    m = load_manifest(run_dir)
+    stages, remaining = document_waterfall(m)
+    print("stages:", stages, "remaining:", remaining)
+    assert stages[0] == "read" and stages[-1] == "kept"
+    assert stages[1:-1] == ["exact_dedup", "gopher_quality", "fineweb", "language",
+                            "fuzzy_dedup"]
+    for src in m.sources:
+        row = remaining[src.name]
+        assert row[0] == src.counts.read and row[-1] == src.counts.kept
+        assert row[-2] == row[-1], "the stages account for every removal"
+        assert all(a >= b for a, b in zip(row, row[1:], strict=False))
+    assert all(remaining[s][-3] > remaining[s][-2] for s in ("c4",)), "fuzzy dedup removed"
+    html = res.html.read_text("utf-8")
+    assert "fuzzy_dedup" in html and "report-test" in html
+
+
+def test_report_skips_missing_inputs(tmp_path):
+    out = _build_run(tmp_path / "bare", with_language=False, with_quarantine=False)
+    res = write_report(out)
+    pngs = _check_rendered(out, res)
+    assert "languages.png" not in pngs and "duplicate_clusters.png" not in pngs
+    assert set(res.skipped) == {"languages.png", "duplicate_clusters.png"}
+    assert "no language column" in res.html.read_text("utf-8")
+    # rerun overwrites in place
+    shutil.copy(out / "manifest.json", out / "manifest.bak")
+    assert write_report(out).html.is_file()
+
+
+def test_report_needs_manifest(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        write_report(tmp_path)
