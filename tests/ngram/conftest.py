@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.shared import corpora
 from tests.ngram.datamix import write_datamix
+from tests.shared import corpora
 
 QUICKSTART_SOURCES = [
     "c4-en-sample", "cc-main-2019-sample", "wikipedia-wikitext-sample", "books-public-domain",

@@ -157,3 +157,27 @@ def test_bad_queries_and_folders(index, tmp_path):
         index.count_batch([[1], [-3]])
     with pytest.raises(IndexError_, match="meta.json"):
         SuffixArrayIndex(tmp_path)
+
+
+def test_multi_part_index_equals_single_part(index, quickstart, train_stream, tmp_path):
+    s = build_index(quickstart, tmp_path, split="train", progress=False,
+                    max_part_tokens=700_000)
+    assert s["parts"] >= 3 and s["shards"] == 4
+    multi = SuffixArrayIndex(tmp_path)
+    rng = np.random.default_rng(5)
+    qs = []
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        p = int(rng.integers(0, train_stream.size - n))
+        qs.append(train_stream[p:p + n].tolist())
+    np.testing.assert_array_equal(multi.count_batch(qs), index.count_batch(qs))
+    for a, b in zip(multi.longest_match_batch(qs, k=3), index.longest_match_batch(qs, k=3),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    for q in qs[:20]:
+        for a, b in zip(multi.next_token_distribution(q), index.next_token_distribution(q),
+                        strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert multi.count([]) == train_stream.size
+    assert [(o.shard, o.position) for o in multi.find(qs[0], k=3)] == [
+        (o.shard, o.position) for o in index.find(qs[0], k=3)]

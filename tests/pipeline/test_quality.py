@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.shared import corpora
@@ -13,7 +14,11 @@ from tokenmill.pipeline.quality import (
     FineWebQualityFilter,
     GopherQualityFilter,
     GopherRepetitionFilter,
+    _dup_ngram_chars,
+    _ngram_stats,
+    _top_ngram_chars,
     build_quality_filter,
+    split_into_words,
 )
 from tokenmill.pipeline.step import Document
 
@@ -61,6 +66,25 @@ def test_gopher_repetition_rules():
     assert _why(r, paras).startswith("gopher_repetition:dup_para")
     spam = PROSE + " " + " ".join(["best price"] * 40)
     assert _why(r, spam) == "gopher_repetition:top_2_gram"
+
+
+def _dclm_texts() -> list[str]:
+    return [json.loads(line)["text"]
+            for f in sorted(corpora("dclm-quality-labels", "data").glob("*.jsonl"))
+            for line in f.open(encoding="utf-8")]
+
+
+def test_ngram_stats_kernel_matches_python_reference():
+    """The numba n-gram statistics equal the plain-Python (datatrove-style) ones."""
+    texts = _dclm_texts()[:300] + [PROSE + " " + " ".join(["best price"] * 40),
+                                   "a b a b a b c", "", "one"]
+    for t in texts:
+        w = split_into_words(t)
+        top, dup = _ngram_stats(np.fromiter(map(hash, w), np.int64, len(w)),
+                                np.fromiter(map(len, w), np.int64, len(w)),
+                                np.array([2, 3, 4]), np.arange(5, 11))
+        assert top.tolist() == [_top_ngram_chars(w, n) for n in (2, 3, 4)], t[:60]
+        assert dup.tolist() == [_dup_ngram_chars(w, n) for n in range(5, 11)], t[:60]
 
 
 def test_c4_rules_and_line_edits():

@@ -181,6 +181,22 @@ def test_report_skips_missing_inputs(tmp_path):
     assert write_report(out).html.is_file()
 
 
+def test_waterfall_from_executor_style_counters():
+    """The main pipeline records heterogeneous stage counters and some removals only in
+    ``counts``; the waterfall reconciles them to ``counts.kept``."""
+    counts = SourceCounts(read=100, quarantined={"bad_utf8": 3}, license_rejected={"x": 2},
+                          exact_duplicates=5, filtered={"too_few_words": 4}, kept=86)
+    src = SourceEntry(name="s", origin="o", license="mit", mixture_weight=1.0, counts=counts,
+                      tokens={"train": 10, "val": 0}, documents={"train": 86, "val": 0},
+                      shards=[], stages={"read": {"rows": 100}, "exact_dedup": {"removed": 5},
+                                         "length": {"rejected": {"too_few_words": 4}}})
+    m = DatamixManifest(name="x", config={}, config_sha256="0" * 64, tokenizer=identity("gpt2"),
+                        sources=[src], quarantine=[])
+    stages, remaining = document_waterfall(m)
+    assert stages == ["read", "quarantine", "license", "exact_dedup", "length", "kept"]
+    assert remaining["s"] == [100, 97, 95, 90, 86, 86]
+
+
 def test_report_needs_manifest(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_report(tmp_path)

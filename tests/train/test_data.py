@@ -219,3 +219,23 @@ def test_bad_configurations(mix):
     assert len(list(loader)) == 3
     with pytest.raises(StopIteration):
         loader.next_batch()
+
+
+def test_weight_schedule_is_followed_by_step(cur, tmp_path):
+    tokens_per_step = B * (T + 1)
+    spec = write_spec(
+        tmp_path / "mix.yaml", [cur["web"], cur["ref"]], SOURCES, 2000 * tokens_per_step,
+        schedule={"unit": "steps", "tokens_per_step": tokens_per_step,
+                  "points": [{"at": 1000, "weights": {"c4": 0.1, "wiki": 0.1, "py": 0.8}}]})
+    build_mix(spec, tmp_path / "mix.json")
+    loader = MixLoader(tmp_path / "mix.json", seq_len=T, batch_size=B)
+    assert loader.num_steps == 2000
+    counts = np.zeros((2, 3))
+    for batch in loader:
+        counts[batch["step"] // 1000] += np.bincount(batch["sources"], minlength=3)
+    names = loader.source_names
+    want = [WEIGHTS, {"c4": 0.1, "wiki": 0.1, "py": 0.8}]
+    for half in (0, 1):
+        share = counts[half] / counts[half].sum()
+        for i, n in enumerate(names):
+            assert share[i] == pytest.approx(want[half][n], abs=2 / counts[half].sum())

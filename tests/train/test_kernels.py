@@ -2,13 +2,20 @@
 
 ``TRITON_INTERPRET=1`` is read by ``tokenmill.train.kernels`` at call time, so this module sets
 it per test with monkeypatch (no process-wide side effect on other test modules).
+With ``TOKENMILL_KERNEL_DEVICE=cuda`` (benchmarks/gpu_check.sh) the same comparisons run on
+CUDA tensors, i.e. the compiled kernels.
 """
+
+import os
 
 import numpy as np
 import pytest
 import torch
 
 from tokenmill.train import kernels as K
+
+DEV = torch.device(os.environ.get("TOKENMILL_KERNEL_DEVICE", "cpu"))
+cpu_only = pytest.mark.skipif(DEV.type != "cpu", reason="CPU dispatch test")
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +34,7 @@ def _ce_inputs(n, v, dtype=torch.float32, seed=0, legal_p=0.6):
     prev = torch.randint(0, v, (n,), generator=g)
     allowed = torch.rand(v, v, generator=g) < legal_p
     allowed[prev, targets.clamp_min(0)] = True  # real targets are always legal
-    return logits, targets, aux, w, prev, allowed
+    return tuple(t.to(DEV) for t in (logits, targets, aux, w, prev, allowed))
 
 
 CASES = [
@@ -55,7 +62,7 @@ def test_fused_cross_entropy_matches_reference_fp32(n, v, block_v, extra):
     assert "FusedCrossEntropy" in type(l1.grad_fn).__name__  # the kernel ran, not the fallback
     l2 = K.cross_entropy_reference(x2, targets, reduction="none", **kw)
     torch.testing.assert_close(l1, l2, atol=1e-5, rtol=1e-5)
-    go = torch.randn(n)
+    go = torch.randn(n, device=DEV)
     (g1,) = torch.autograd.grad(l1, x1, go)
     (g2,) = torch.autograd.grad(l2, x2, go)
     torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-5)
@@ -80,7 +87,7 @@ def test_fused_cross_entropy_matches_torch_f_cross_entropy():
 def test_fused_cross_entropy_bf16_and_strided_padded_vocab():
     n, v, vpad = 19, 333, 384
     logits, targets, aux, w, prev, allowed = _ce_inputs(n, v, seed=7)
-    padded = torch.randn(n, vpad).to(torch.bfloat16)
+    padded = torch.randn(n, vpad, device=DEV).to(torch.bfloat16)
     padded[:, :v] = logits.to(torch.bfloat16)
     bits = K.pack_mask_rows(allowed)
     xp1 = padded.clone().requires_grad_()
@@ -112,10 +119,12 @@ def test_mask_only_renormalizes_and_never_raises_loss():
     t2[row] = forbidden
     l = K.fused_cross_entropy(logits, t2, prev_ids=prev, mask_bits=bits, reduction="none",
                               block_v=64)
-    assert torch.isinf(l[row]) and torch.isfinite(l[torch.arange(64) != row]).all()
+    others = torch.arange(64, device=DEV) != row
+    assert torch.isinf(l[row]) and torch.isfinite(l[others]).all()
     assert K.masked_target_count(t2, prev, bits) == 1
 
 
+@cpu_only
 def test_pack_bits_follow_numpy_little_bitorder():
     allowed = torch.rand(9, 21) < 0.5
     bits = K.pack_mask_rows(allowed)
@@ -128,6 +137,7 @@ def test_pack_bits_follow_numpy_little_bitorder():
     assert K.pack_mask_rows(one).tolist() == [[1, 2]]
 
 
+@cpu_only
 def test_cross_entropy_errors_name_the_argument():
     x = torch.randn(4, 10)
     with pytest.raises(ValueError, match="targets"):
@@ -151,9 +161,10 @@ def test_lem_feature_matches_reference(n, k, d, v, nb, bemb):
     buckets = torch.randint(-1, nb, (n,), generator=g, dtype=torch.int32)
     buckets[0] = 2
     buckets[2] = -1
-    emb = torch.randn(v, d, generator=g)
-    scale = torch.randn(nb, generator=g)
-    be = torch.randn(nb, d, generator=g) if bemb else None
+    cand, buckets = cand.to(DEV), buckets.to(DEV)
+    emb = torch.randn(v, d, generator=g).to(DEV)
+    scale = torch.randn(nb, generator=g).to(DEV)
+    be = torch.randn(nb, d, generator=g).to(DEV) if bemb else None
     p1 = [emb.clone().requires_grad_(), scale.clone().requires_grad_()]
     p2 = [emb.clone().requires_grad_(), scale.clone().requires_grad_()]
     if bemb:
@@ -164,7 +175,7 @@ def test_lem_feature_matches_reference(n, k, d, v, nb, bemb):
     o2 = K.lem_feature_reference(cand, buckets, *p2)
     torch.testing.assert_close(o1, o2, atol=1e-5, rtol=1e-5)
     assert torch.all(o1[buckets < 0] == 0)
-    go = torch.randn(n, d, generator=g)
+    go = torch.randn(n, d, generator=g).to(DEV)
     g1 = torch.autograd.grad(o1, p1, go)
     g2 = torch.autograd.grad(o2, p2, go)
     for a, b in zip(g1, g2, strict=True):
@@ -172,11 +183,44 @@ def test_lem_feature_matches_reference(n, k, d, v, nb, bemb):
     assert g1[1].abs().sum() > 0 and g1[0].abs().sum() > 0
 
 
+@cpu_only
 def test_torch_fallback_without_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     x = torch.randn(4, 10, requires_grad=True)
     t = torch.tensor([1, 2, 3, 4])
     assert K.backend_for(x) == "torch"
-    l = K.fused_cross_entropy(x, t)
-    assert "FusedCrossEntropy" not in type(l.grad_fn).__name__
-    torch.testing.assert_close(l, torch.nn.functional.cross_entropy(x, t))
+    l = K.fused_cross_entropy(x, t, reduction="none")
+    assert "TorchCrossEntropy" in type(l.grad_fn).__name__
+    torch.testing.assert_close(l.mean(), torch.nn.functional.cross_entropy(x, t))
+
+
+@pytest.mark.parametrize("interpret", ["1", "0"])
+@pytest.mark.parametrize("extra", EXTRAS)
+def test_padded_vocab_both_backends(monkeypatch, interpret, extra):
+    """Padded logits ``[N, V_pad]`` with ``vocab_size=V``: the Triton kernels (interpreted)
+    and the lean CPU torch path both match the reference on the sliced logits, and the
+    padding columns get a zero gradient."""
+    if DEV.type != "cpu" and interpret == "0":
+        pytest.skip("CPU torch path")
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    n, v, vpad = 21, 250, 256
+    logits, targets, aux, w, prev, allowed = _ce_inputs(n, v, seed=5)
+    padded = torch.randn(n, vpad, device=DEV)
+    padded[:, :v] = logits
+    kw = {}
+    if "aux" in extra:
+        kw.update(aux_targets=aux, aux_weight=w)
+    if "mask" in extra:
+        kw.update(prev_ids=prev, mask_bits=K.pack_mask_rows(allowed))
+    x1 = padded.clone().requires_grad_()
+    x2 = padded.clone().requires_grad_()
+    l1 = K.fused_cross_entropy(x1, targets, reduction="none", vocab_size=v, block_v=64, **kw)
+    name = type(l1.grad_fn).__name__
+    assert ("FusedCrossEntropy" if interpret == "1" else "TorchCrossEntropy") in name
+    l2 = K.cross_entropy_reference(x2[:, :v], targets, reduction="none", **kw)
+    torch.testing.assert_close(l1, l2, atol=1e-5, rtol=1e-5)
+    go = torch.randn(n, device=DEV)
+    (g1,) = torch.autograd.grad(l1, x1, go)
+    (g2,) = torch.autograd.grad(l2, x2, go)
+    torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-5)
+    assert torch.all(g1[:, v:] == 0)

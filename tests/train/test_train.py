@@ -87,8 +87,8 @@ def datamix(tmp_path_factory) -> Path:
 
 
 def _cfg(data: Path, out: Path, **kw) -> T.TrainConfig:
-    base = dict(data=str(data), out_dir=str(out), model="tiny", seq_len=64, batch_size=8,
-                steps=24, val_every=8, val_tokens=2048, lr=3e-3, warmup_steps=4,
+    base = dict(data=str(data), out_dir=str(out), model="tiny", seq_len=64, batch_size=4,
+                steps=16, val_every=8, val_tokens=2048, lr=5e-3, warmup_steps=2,
                 num_threads=1, progress=False, device="cpu")
     base.update(kw)
     return T.TrainConfig(**base)
@@ -123,19 +123,19 @@ def test_stream_loader_resumes_and_splits_ranks(datamix):
 
 
 def test_cpu_run_learns_and_resumes_exactly(datamix, tmp_path, capsys):
-    """Val loss falls by > 1 nat from the first evaluation, and a run stopped at step 12 and
+    """Val loss falls by > 1 nat from the first evaluation, and a run stopped at step 8 and
     resumed (through the CLI) reproduces the uninterrupted losses bit for bit."""
     full = T.train(_cfg(datamix, tmp_path / "full"))
     first, last = full.val[0]["val_loss"], full.val[-1]["val_loss"]
     print(f"val loss {first:.4f} -> {last:.4f}")
     assert first - last >= 1.0, full.val
     assert (tmp_path / "full" / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads((tmp_path / "full" / "metrics.json").read_text())["steps_done"] == 24
+    assert json.loads((tmp_path / "full" / "metrics.json").read_text())["steps_done"] == 16
 
-    cfg = _cfg(datamix, tmp_path / "resumed", stop_after=12)
+    cfg = _cfg(datamix, tmp_path / "resumed", stop_after=8)
     part = T.train(cfg)
-    assert part.stopped_early and part.steps_done == 12
-    assert T.latest_checkpoint(tmp_path / "resumed").name == "step_0000012.pt"
+    assert part.stopped_early and part.steps_done == 8
+    assert T.latest_checkpoint(tmp_path / "resumed").name == "step_0000008.pt"
     cfg_path = tmp_path / "resumed.json"
     d = {k: v for k, v in cfg.__dict__.items() if k != "stop_after"}
     cfg_path.write_text(json.dumps(d))
@@ -191,3 +191,88 @@ def test_config_errors(datamix, tmp_path):
         T.TrainConfig.load(p)
     with pytest.raises(ValueError, match="schedule"):
         T.train(_cfg(datamix, tmp_path / "x", schedule="linear"))
+
+
+def _ddp_worker(rank: int, world: int, port: int, cfg: T.TrainConfig, q) -> None:
+    import os
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    r = T.train(cfg)
+    q.put((rank, r.train_loss, r.val))
+    torch.distributed.destroy_process_group()
+
+
+def test_ddp_two_ranks_match_single_process(datamix, tmp_path):
+    """torchrun-style data parallel (gloo, 2 CPU ranks x 2 sequences) gives the losses of one
+    process with 4 sequences per step: same data split, all-reduced gradients."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kw = dict(steps=4, val_every=4, val_tokens=512)
+    single = T.train(_cfg(datamix, tmp_path / "single", batch_size=4, **kw))
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    cfg = _cfg(datamix, tmp_path / "ddp", batch_size=2, **kw)
+    procs = [ctx.Process(target=_ddp_worker, args=(r, 2, port, cfg, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = dict((r, (tl, v)) for r, tl, v in (q.get(timeout=300) for _ in procs))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert got[0][0] == got[1][0]  # every rank logs the all-reduced loss
+    ddp_losses = [l for _, l in got[0][0]]
+    np.testing.assert_allclose(ddp_losses, [l for _, l in single.train_loss], rtol=2e-5)
+    np.testing.assert_allclose(got[0][1][-1]["val_loss"], single.val[-1]["val_loss"], rtol=2e-5)
+
+
+def test_lem_feed_replays_on_resume(datamix, tmp_path):
+    """After a resume the predictor replays the stream from step 0, so the features of steps
+    3.. equal an uninterrupted feed's (and positions with a match have a candidate)."""
+    pytest.importorskip("tokenmill.ngram.stream")
+    cfg = _cfg(datamix, tmp_path, steps=6, lem=True, lem_window=1 << 16)
+    eot = identity("gpt2").eot_token
+    a = T.LEMFeed(cfg, 0, 1, eot)
+    b = T.LEMFeed(cfg, 0, 1, eot)
+    try:
+        full = [a.get(s) for s in range(6)]
+        b.skip_to(3)
+        for s in range(3, 6):
+            ml, cand = b.get(s)
+            assert torch.equal(ml, full[s][0]) and torch.equal(cand, full[s][1])
+        ml, cand = full[5]
+        assert (ml > 0).any() and torch.all(cand[ml > 0][:, 0] >= 0)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_training_mix_manifest_uses_the_datamix_loader(datamix, tmp_path):
+    """A `tokenmill mix` manifest is read through tokenmill.train.data.MixLoader (document-
+    aligned rows, document-masked attention) and trains."""
+    mix = pytest.importorskip("tokenmill.manifests.mix")
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(
+        f"name: train-test-mix\nmanifests: [{datamix / 'manifest.json'}]\n"
+        "target_tokens: 200000\nseed: 1\nsources:\n"
+        "  c4-en-sample: {weight: 0.7}\n  wikipedia-wikitext-sample: {weight: 0.3}\n")
+    out = tmp_path / "mix.json"
+    mix.build_mix(spec, out)
+    cfg = _cfg(out, tmp_path / "run", steps=3, val_every=3, val_tokens=512, doc_mask=True)
+    loader = T.make_train_loader(cfg, 0, 1)
+    assert type(loader).__name__ == "_MixAdapter"
+    b = loader.next_batch()
+    eot = identity("gpt2").eot_token
+    assert torch.all(b.inputs[:, 0] == eot) and b.doc_ids is not None
+    starts = (b.doc_ids[:, 1:] != b.doc_ids[:, :-1])
+    assert torch.all(b.inputs[:, 1:][starts] == eot)  # each new segment begins at EOT
+    r = T.train(cfg)
+    assert r.steps_done == 3 and r.val[-1]["val_loss"] < r.val[0]["val_loss"]
+    with pytest.raises(ValueError, match="budget"):
+        T.train(_cfg(out, tmp_path / "long", steps=10**6))

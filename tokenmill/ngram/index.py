@@ -10,7 +10,7 @@ On disk (one folder)::
 
     meta.json      format, tokenizer identity, token dtype, sentinel, one entry per part
     tokens.bin     every part's tokens, little-endian uint16 (or uint32), concatenated;
-                   each part is one shard's tokens followed by one sentinel token
+                   a part is consecutive shards' tokens followed by one sentinel token
     sa.bin         the suffix array of each part, as *global* positions into tokens.bin
                    (uint32 while the index holds < 2**32 tokens, else uint64), part by part
     docs.parquet   one row per document: global start position (its EOT) and key
@@ -18,15 +18,16 @@ On disk (one folder)::
 Bytes per token on disk: 2 (uint16 tokens) + 4 (uint32 suffix array) = 6 for gpt2-size
 vocabularies and indices below 4.29 G tokens (+ ~0.02 for the document table).
 
-Parts are built one shard at a time with ``pydivsufsort`` (libdivsufsort, integer
-alphabets) and are queried together: counts add up over parts.
+Shards are read one at a time and grouped into parts of at most ``max_part_tokens``
+(default 256 M); each part's suffix array is built with ``pydivsufsort`` (libdivsufsort,
+integer alphabets) and the parts are queried together: counts add up over parts.
 
 Document boundaries: every document starts with the EOT token, and a part ends with the
 sentinel (the dtype's maximum value, never a token id). An n-gram may contain EOT only as
 its first token (a match at a document start); one with EOT anywhere else would span two
 documents and has count 0. The token following a match at the end of a document is the
-next document's EOT ("the document ends"); the sentinel that ends a part is reported as
-EOT too.
+next document's EOT ("the document ends"), also across shards (every shard starts
+with EOT); the sentinel that ends a part is reported as EOT too.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.atomic import atomic_open, atomic_write_text, sha256_file
+from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.schema import load_manifest
 from tokenmill.pipeline.shards import read_sidecar, read_tokens
 from tokenmill.tokenizers import TokenizerIdentity
@@ -132,12 +133,13 @@ def _groups(tokens, sa, a, b, L, sentinel, eot, out_tok, out_cnt, n_out):
     i = a
     while i < b:
         t = np.int64(tokens[np.int64(sa[i]) + L])
-        lo, hi = i + 1, b  # first index in (i, b) whose next token > t
+        lo = i + 1  # tokens at offset L are sorted: gallop to bracket the group's end
         step = 1
-        while lo + step < hi and np.int64(tokens[np.int64(sa[lo + step - 1]) + L]) == t:
+        while lo + step - 1 < b and np.int64(tokens[np.int64(sa[lo + step - 1]) + L]) == t:
             lo += step
             step *= 2
-        while lo < hi:
+        hi = min(lo + step - 1, b)
+        while lo < hi:  # first index in [lo, hi) whose next token is > t
             mid = (lo + hi) >> 1
             if np.int64(tokens[np.int64(sa[mid]) + L]) <= t:
                 lo = mid + 1
@@ -304,18 +306,25 @@ def build_index(
     out_dir: str | os.PathLike,
     split: str | None = "train",
     progress: bool = True,
+    max_part_tokens: int = 1 << 28,
 ) -> dict:
-    """Build a suffix-array index over a manifest's shards, one part per shard.
+    """Build a suffix-array index over a manifest's shards.
+
+    Shards are read one at a time, in manifest order, and consecutive shards are grouped
+    into parts of at most ``max_part_tokens`` tokens (a shard larger than that is a part
+    of its own); each part gets one suffix array (libdivsufsort), so a query does one
+    binary search per part. Build memory is about 14 bytes per token of the largest part.
 
     Args:
         manifest_path: ``manifest.json`` (or its folder) of a datamix.
         out_dir: index folder (created; files written atomically).
         split: ``"train"``, ``"val"`` or ``None`` (all shards).
         progress: show a tqdm bar over shards.
+        max_part_tokens: part size bound (``< 2**31``, libdivsufsort's int32 limit).
 
     Returns:
-        summary dict: ``tokens`` (indexed, sentinels included), ``parts``, ``seconds``,
-        ``bytes`` (on disk) and ``bytes_per_token``.
+        summary dict: ``tokens`` (indexed, one sentinel per part included), ``parts``,
+        ``shards``, ``seconds``, ``bytes`` (on disk) and ``bytes_per_token``.
 
     Raises:
         FileNotFoundError: a shard listed in the manifest is missing.
@@ -332,53 +341,72 @@ def build_index(
     shards = manifest.shards(split)
     if not shards:
         raise IndexError_(f"{mpath}: no shards with split={split!r}")
+    if not 0 < max_part_tokens < 2**31 - 1:
+        raise IndexError_(f"max_part_tokens must be in (0, 2**31 - 1), not {max_part_tokens}")
     tok = manifest.tokenizer
     dtype = np.uint16 if tok.n_vocab < 2**16 - 1 else np.uint32
     sentinel = int(np.iinfo(dtype).max)
-    n_total = sum(s.tokens + 1 for s in shards)
-    sa_dtype = _sa_dtype(n_total)
+    groups: list[list] = [[]]
+    size = 0
+    for s in shards:
+        if groups[-1] and size + s.tokens + 1 > max_part_tokens:
+            groups.append([])
+            size = 0
+        groups[-1].append(s)
+        size += s.tokens
+    n_total = sum(s.tokens for s in shards) + len(groups)
+    sa_dtype = np.dtype(_sa_dtype(n_total)).newbyteorder("<")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    parts_meta = []
+    parts_meta, shards_meta = [], []
     doc_pos: list[np.ndarray] = []
     doc_keys: list[str] = []
-    doc_part: list[np.ndarray] = []
     start = 0
+    bar = tqdm(total=len(shards), desc="index shards", disable=not progress)
     with atomic_open(out / "tokens.bin") as ft, atomic_open(out / "sa.bin") as fs:
-        for p, s in enumerate(tqdm(shards, desc="index shards", disable=not progress)):
-            path = root / s.path
-            toks = read_tokens(path, mmap=False)
-            if toks.size != s.tokens:
-                raise IndexError_(f"{path}: {toks.size} tokens, manifest says {s.tokens}")
-            part = np.empty(toks.size + 1, dtype=dtype)
-            part[:-1] = toks
+        for group in groups:
+            n_part = sum(s.tokens for s in group) + 1
+            part = np.empty(n_part, dtype=dtype)
+            off = 0
+            for s in group:
+                path = root / s.path
+                toks = read_tokens(path)
+                if toks.size != s.tokens:
+                    raise IndexError_(f"{path}: {toks.size} tokens, manifest says {s.tokens}")
+                part[off:off + toks.size] = toks
+                side = read_sidecar(path)
+                doc_pos.append(side.column("offset").to_numpy().astype(np.int64) + start + off)
+                doc_keys.extend(side.column("key").to_pylist())
+                shards_meta.append({"shard": s.path, "split": s.split, "sha256": s.sha256,
+                                    "start": start + off, "tokens": int(toks.size)})
+                off += toks.size
+                bar.update(1)
             part[-1] = sentinel
             sa = divsufsort(part)
             ft.write(part.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes())
-            fs.write((sa.astype(np.int64) + start).astype(
-                np.dtype(sa_dtype).newbyteorder("<")).tobytes())
-            side = read_sidecar(path)
-            doc_pos.append(side.column("offset").to_numpy().astype(np.int64) + start)
-            doc_part.append(np.full(side.num_rows, p, np.int32))
-            doc_keys.extend(side.column("key").to_pylist())
-            parts_meta.append({"shard": s.path, "split": s.split, "sha256": s.sha256,
-                               "start": start, "tokens": int(toks.size)})
-            start += part.size
+            for c in range(0, sa.size, 1 << 24):  # global positions, in bounded chunks
+                fs.write((sa[c:c + (1 << 24)].astype(np.int64) + start).astype(
+                    sa_dtype).tobytes())
+            parts_meta.append({"start": start, "tokens": int(n_part),
+                               "shards": [s.path for s in group]})
+            start += n_part
+            del sa, part
+    bar.close()
     table = pa.table({"pos": pa.array(np.concatenate(doc_pos), pa.int64()),
-                      "part": pa.array(np.concatenate(doc_part), pa.int32()),
                       "key": pa.array(doc_keys, pa.string())})
     with atomic_open(out / "docs.parquet") as f:
         pq.write_table(table, f, compression="zstd")
     nbytes = sum((out / n).stat().st_size for n in ("tokens.bin", "sa.bin", "docs.parquet"))
     meta = {
         "format": FORMAT, "tokenizer": tok.model_dump(mode="json"),
-        "token_dtype": np.dtype(dtype).name, "sa_dtype": np.dtype(sa_dtype).name,
-        "sentinel": sentinel, "tokens": start, "parts": parts_meta,
+        "token_dtype": np.dtype(dtype).name, "sa_dtype": sa_dtype.name,
+        "sentinel": sentinel, "tokens": start, "parts": parts_meta, "shards": shards_meta,
         "bytes_per_token": nbytes / start,
     }
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return {"tokens": start, "parts": len(shards), "seconds": time.perf_counter() - t0,
-            "bytes": nbytes, "bytes_per_token": nbytes / start}
+    return {"tokens": start, "parts": len(groups), "shards": len(shards),
+            "seconds": time.perf_counter() - t0, "bytes": nbytes,
+            "bytes_per_token": nbytes / start}
 
 
 # --------------------------------------------------------------------------- queries
@@ -443,9 +471,9 @@ class SuffixArrayIndex:
             if size != n * dt.itemsize:
                 raise IndexError_(f"{self.folder / name}: {size} bytes, expected "
                                   f"{n * dt.itemsize} for {n} tokens")
+        # copy-on-write maps: never written, but writable arrays dispatch faster in numba
         self.tokens = np.asarray(np.memmap(self.folder / "tokens.bin", dtype=tdt, mode="c"))
         self.sa = np.asarray(np.memmap(self.folder / "sa.bin", dtype=sdt, mode="c"))
-        # copy-on-write maps: never written, but writable arrays dispatch faster in numba
         self.parts = np.array([p["start"] for p in self.meta["parts"]] + [n], dtype=np.int64)
         self._docs = None
 
@@ -540,10 +568,11 @@ class SuffixArrayIndex:
         self._check(q)
         pos = _positions(self.tokens, self.sa, self.parts, q, 0, q.size, self.eot)[:k]
         doc_pos, keys = self._doc_table()
+        shard_starts = np.array([s["start"] for s in self.meta["shards"]], np.int64)
         out = []
         for g in pos.tolist():
-            p = int(np.searchsorted(self.parts, g, side="right") - 1)
+            p = int(np.searchsorted(shard_starts, g, side="right") - 1)
             d = int(np.searchsorted(doc_pos, g, side="right") - 1)
-            out.append(Occurrence(self.meta["parts"][p]["shard"], g - int(self.parts[p]),
+            out.append(Occurrence(self.meta["shards"][p]["shard"], g - int(shard_starts[p]),
                                   keys[d]))
         return out

@@ -39,12 +39,17 @@ rebuilt whenever the insert position ``p`` reaches a multiple of ``H``, from the
 tokens before it. So after inserting position ``p`` the visible history is
 ``[S, p]`` with ``S = max(0, (p // H - 1) * H)``: between ``H`` and ``W`` tokens, and an
 earlier occurrence must lie entirely inside it (``p = i`` in position mode, ``p = P - 1``
-in step mode). Memory is preallocated for ``W`` tokens: ``2 W`` states of
-``12 + 4 k`` bytes and a transition hash table of ``2**ceil(log2(4 W))`` slots of 16
-bytes, about 120 B per window token for k = 4 (~ 480 MB for the default 4 M), plus the
-token history; ``window=0`` never evicts
-(memory then grows with the stream). Each token is inserted at most twice (live and in
-one rebuild).
+in step mode). Memory: a transition hash table of ``2**ceil(log2(4 W))`` 16-byte slots
+allocated up front (3 W edges at most, load <= 3/4; 256 MB for the default W = 4 M),
+plus states of ``16 + 4 k`` bytes grown on demand up to ``2 W`` (real text needs ~ 1.3
+per token: ~ 170 MB at W = 4 M, k = 4), plus the token history (4 B per token).
+``window=0`` never evicts (memory then grows with the stream). Each token is inserted at
+most twice (live and in one rebuild).
+
+Cost: amortised O(1) automaton work per token plus the suffix-link path pushed for the
+``k`` most recent occurrences, which is short in natural text (~ 4 states) but grows in
+highly repetitive text (a stretch repeated r times in the window makes it ~ r). Measured
+figures: ``benchmarks/bench_ngram.py``.
 """
 
 from __future__ import annotations
@@ -68,40 +73,42 @@ def _slot(key, bits):
     return np.int64((np.uint64(key) * _MUL) >> np.uint64(64 - bits))
 
 
-@nb.njit(cache=True)
-def _get(hkeys, hval, bits, state, tok):
+@nb.njit(cache=True, inline="always")
+def _probe(hkeys, bits, state, tok):
+    """Slot of transition (state, tok): where its key is, or the empty slot it would use
+    (linear probing)."""
     key = (np.int64(state) << 32) | np.int64(tok)
     mask = (np.int64(1) << bits) - 1
     s = _slot(key, bits)
     while True:
         k = hkeys[s]
-        if k == key:
-            return hval[s]
-        if k == -1:
-            return -1
+        if k == key or k == -1:
+            return s
         s = (s + 1) & mask
+
+
+@nb.njit(cache=True)
+def _get(hkeys, hval, bits, state, tok):
+    s = _probe(hkeys, bits, state, tok)
+    return hval[s] if hkeys[s] != -1 else -1
+
+
+@nb.njit(cache=True, inline="always")
+def _put(hkeys, hval, hnext, head, meta, s, state, tok, target):
+    """Fill slot s (from _probe) with (state, tok) -> target."""
+    if hkeys[s] == -1:
+        hkeys[s] = (np.int64(state) << 32) | np.int64(tok)
+        hnext[s] = head[state]
+        head[state] = s
+        meta[_NEDGES] += 1
+    hval[s] = target
 
 
 @nb.njit(cache=True)
 def _set(hkeys, hval, hnext, head, meta, state, tok, target):
     """Insert or overwrite the transition (state, tok) -> target."""
-    bits = meta[_BITS]
-    key = (np.int64(state) << 32) | np.int64(tok)
-    mask = (np.int64(1) << bits) - 1
-    s = _slot(key, bits)
-    while True:
-        k = hkeys[s]
-        if k == key:
-            hval[s] = target
-            return
-        if k == -1:
-            hkeys[s] = key
-            hval[s] = target
-            hnext[s] = head[state]
-            head[state] = s
-            meta[_NEDGES] += 1
-            return
-        s = (s + 1) & mask
+    s = _probe(hkeys, meta[_BITS], state, tok)
+    _put(hkeys, hval, hnext, head, meta, s, state, tok, target)
 
 
 @nb.njit(cache=True)
@@ -126,15 +133,20 @@ def _extend(slen, link, head, recent, hkeys, hval, hnext, meta, c, pos):
     meta[_NSTATES] += 1
     slen[cur] = slen[last] + 1
     head[cur] = -1
-    recent[cur, :] = -1
+    for r in range(recent.shape[1]):
+        recent[cur, r] = -1
     p = last
-    while p != -1 and _get(hkeys, hval, bits, p, c) == -1:
-        _set(hkeys, hval, hnext, head, meta, p, c, cur)
+    q = -1
+    while p != -1:
+        s = _probe(hkeys, bits, p, c)
+        if hkeys[s] != -1:
+            q = hval[s]
+            break
+        _put(hkeys, hval, hnext, head, meta, s, p, c, cur)
         p = link[p]
     if p == -1:
         link[cur] = 0
     else:
-        q = _get(hkeys, hval, bits, p, c)
         if slen[p] + 1 == slen[q]:
             link[cur] = q
         else:
@@ -147,9 +159,13 @@ def _extend(slen, link, head, recent, hkeys, hval, hnext, meta, c, pos):
                 _set(hkeys, hval, hnext, head, meta, clone, hkeys[e] & 0xFFFFFFFF, hval[e])
                 e = hnext[e]
             link[clone] = link[q]
-            recent[clone, :] = recent[q, :]
-            while p != -1 and _get(hkeys, hval, bits, p, c) == q:
-                _set(hkeys, hval, hnext, head, meta, p, c, clone)
+            for r in range(recent.shape[1]):
+                recent[clone, r] = recent[q, r]
+            while p != -1:
+                s = _probe(hkeys, bits, p, c)
+                if hkeys[s] == -1 or hval[s] != q:
+                    break
+                hval[s] = clone
                 p = link[p]
             link[q] = clone
             link[cur] = clone
@@ -281,6 +297,11 @@ def _compact(hist, meta, keep_from):
     meta[_HLEN] = n
 
 
+def _bits_for(n_tokens: int) -> int:
+    """Hash table bits for the <= 3 n edges of n tokens at load <= 3/4."""
+    return max(16, int(np.ceil(np.log2(4 * n_tokens + 16))))
+
+
 class OnlineLEM:
     """Online causal longest-exact-match predictor (see the module docstring).
 
@@ -289,7 +310,7 @@ class OnlineLEM:
         k: next tokens per position (most recent occurrences first).
         mode: ``"position"`` (per-position causality) or ``"step"`` (per training step).
         window: visible history bound ``W`` in tokens (``0``: unbounded); eviction rule in
-            the module docstring. Memory is preallocated for it.
+            the module docstring. Storage grows on demand up to what ``W`` needs.
 
     Raises:
         ValueError: bad ``mode``/``k``/``window``, or a token id outside ``[0, 2**31)``.
@@ -307,34 +328,60 @@ class OnlineLEM:
         self.half = window // 2
         self.meta = np.zeros(9, np.int64)
         self.meta[_DOC] = 0
-        self._alloc(max(window + 2, 1 << 16) if window else 1 << 16)
-        self.hist = np.zeros(max(window + 1024, 1 << 16), np.int32)
+        self._st = np.zeros((0, 4), np.int32)
+        self._recent = np.zeros((0, self.k), np.int32)
+        self._grow_states(1 << 16)
+        # windowed: the transition table is allocated once at its bound (3 W edges at load
+        # <= 3/4), as rehashing while the automaton grows costs more than it saves
+        self._grow_table(_bits_for(window) if window else 16)
+        _reset(self._slen, self._link, self._head, self._recent, self._hkeys, self.meta)
+        self.hist = np.zeros(1 << 16, np.int32)
 
-    # -- storage
-    def _alloc(self, n_tokens: int, old: tuple | None = None) -> None:
-        cap_s = 2 * n_tokens + 4
-        bits = max(16, int(np.ceil(np.log2(4 * n_tokens + 16))))  # 3n edges max, load <= 3/4
-        slen = np.zeros(cap_s, np.int32)
-        link = np.zeros(cap_s, np.int32)
-        head = np.full(cap_s, -1, np.int32)
-        recent = np.full((cap_s, self.k), -1, np.int32)
-        hkeys = np.full(1 << bits, -1, np.int64)
-        hval = np.zeros(1 << bits, np.int32)
-        hnext = np.zeros(1 << bits, np.int32)
-        self.cap_tokens = n_tokens
-        if old is None:
-            self.meta[_BITS] = bits
-            self.arrays = (slen, link, head, recent, hkeys, hval, hnext)
-            _reset(slen, link, head, recent, hkeys, self.meta)
-            return
-        # grow (unbounded window): copy states, re-insert edges into the larger table
-        o_slen, o_link, o_head, o_recent, o_hkeys, o_hval, _ = old
-        n = int(self.meta[_NSTATES])
-        slen[:n], link[:n], recent[:n] = o_slen[:n], o_link[:n], o_recent[:n]
+    # -- storage: grown on demand (by doubling), never beyond what the window needs
+    def _grow_states(self, cap: int) -> None:
+        # interleaved: a state's (len, link, head) share 16 bytes, one cache line per state
+        n = self._st.shape[0]
+        st = np.zeros((cap, 4), np.int32)
+        st[:n] = self._st
+        st[n:, 2] = -1
+        recent = np.full((cap, self.k), -1, np.int32)
+        recent[:n] = self._recent
+        self._st, self._recent = st, recent
+        self._slen, self._link, self._head = st[:, 0], st[:, 1], st[:, 2]
+
+    def _grow_table(self, bits: int) -> None:
+        # interleaved: a slot's (key int64, target int32, next edge int32) share 16 bytes
+        buf = np.zeros((1 << bits) * 16, np.uint8)
+        hkeys = np.ndarray((1 << bits,), np.int64, buf, 0, (16,))
+        hval = np.ndarray((1 << bits,), np.int32, buf, 8, (16,))
+        hnext = np.ndarray((1 << bits,), np.int32, buf, 12, (16,))
+        hkeys[:] = -1
+        old = getattr(self, "_hkeys", None)
         self.meta[_BITS] = bits
-        self.meta[_NEDGES] = 0
-        _rehash(o_hkeys, o_hval, hkeys, hval, hnext, head, self.meta)
-        self.arrays = (slen, link, head, recent, hkeys, hval, hnext)
+        if old is not None:  # re-insert every edge; the per-state edge lists are rebuilt
+            self._head[: int(self.meta[_NSTATES])] = -1
+            self.meta[_NEDGES] = 0
+            _rehash(old, self._hval, hkeys, hval, hnext, self._head, self.meta)
+        self._buf, self._hkeys, self._hval, self._hnext = buf, hkeys, hval, hnext
+
+    def _reserve(self, n_new: int) -> None:
+        """Room for inserting n_new more tokens: <= 2 states and <= 3 edges per token (a
+        suffix automaton's bounds), the table kept at load <= 3/4; capped by the window."""
+        m = self.meta
+        states = int(m[_NSTATES]) + 2 * n_new + 4
+        edges = int(m[_NEDGES]) + 3 * n_new + 16
+        if self.window:
+            states = min(states, 2 * self.window + 4)
+            edges = min(edges, 3 * self.window + 16)
+        if states > self._st.shape[0]:
+            self._grow_states(max(states, 2 * self._st.shape[0]))
+        if edges > 3 * (1 << int(m[_BITS])) // 4:  # unbounded mode only: grow x4
+            self._grow_table(max(_bits_for(edges // 3), int(m[_BITS]) + 2))
+
+    @property
+    def arrays(self) -> tuple:
+        return (self._slen, self._link, self._head, self._recent, self._hkeys, self._hval,
+                self._hnext)
 
     def _append(self, toks: np.ndarray) -> None:
         m = self.meta
@@ -348,10 +395,7 @@ class OnlineLEM:
             self.hist = h
         self.hist[m[_HLEN]:need] = toks
         m[_HLEN] = need
-        if not self.window:
-            inserted = int(m[_HBASE] + m[_HLEN])
-            if inserted + 2 > self.cap_tokens:
-                self._alloc(max(2 * self.cap_tokens, inserted + 2), self.arrays)
+        self._reserve(int(m[_HBASE] + m[_HLEN] - m[_NEXT]))
 
     @property
     def position(self) -> int:

@@ -114,7 +114,10 @@ def _init_ray(ray_address: str | None, num_cpus: int | None) -> bool:
     if ray_address:
         ray.init(address=ray_address, **kwargs)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, **kwargs)
+        # address="local": always a fresh embedded instance, even when a `ray start`
+        # cluster on this machine would otherwise be joined implicitly
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
+                 include_dashboard=False, **kwargs)
     return True
 
 

@@ -12,11 +12,20 @@ API (what the executor calls)
 ``fuzzy_dedup(keys, texts, threshold=0.8, ngram=5, num_perm=128, seed=1)``
     -> :class:`FuzzyDedupResult`. ``keys`` are the unique document keys of a whole datamix
     (after exact dedup), ``texts`` the matching texts (any iterable, read once, in the
-    same order). ``result.removed`` maps each removed key to ``(kept_key, jaccard)``;
-    ``result.params`` (num_perm, bands, rows, threshold, ngram, seed, hash, scheme) goes
-    into the manifest; ``result.counters`` are the stage counters; ``result.cluster_sizes``
-    lists the size of every duplicate cluster (kept document + its removed twins).
-    The result does not depend on the order of the inputs or on the number of Ray workers.
+    same order). ``result.removed`` maps each removed key to ``(kept_key, jaccard)``
+    (quarantine each with ``stage="fuzzy_dedup"``, ``reason="fuzzy_dedup:near_duplicate"``,
+    ``duplicate_of=kept_key``); ``result.params`` (num_perm, bands, rows, threshold, ngram,
+    seed, hash, scheme, FP/FN weights) goes into the manifest; ``result.counters``
+    (documents, empty, candidate_pairs, candidate_clusters, removed,
+    kept_below_threshold, seconds) are the stage counters, e.g.
+    ``stages["fuzzy_dedup"] = {"removed": n_removed_from_this_source, "params": ...}``
+    (the report reads ``removed`` or ``rejected``); ``result.cluster_sizes`` lists the size
+    of every duplicate cluster (kept document + its removed twins). The result does not
+    depend on the order of the inputs or on the number of Ray workers. Ray: uses the
+    running Ray (if none is initialized, a new local one with at most 2 CPUs:
+    ``address="local"``, never a cluster joined by accident); signatures are computed in the
+    calling process (numba, one thread; about 20,000 documents per CPU-second on
+    linux-docs + cc-main, see benchmarks/bench_minhash.py).
 
 :class:`FuzzyDedup` wraps the same call as a :class:`~tokenmill.pipeline.step.PipelineStep`
 (``name = "fuzzy_dedup"``, reason ``"fuzzy_dedup:near_duplicate"``, ``duplicate_of`` =
@@ -24,15 +33,22 @@ kept key, ``detail`` = ``"jaccard=0.912"``); it holds all documents of its input
 
 Lower-level pieces: :func:`normalize_for_shingles`, :func:`shingles` (reference, for
 tests and peers), :func:`minhash_signatures` (``(n_docs, num_perm)`` uint32),
-:func:`shingle_hash32` / :func:`murmur3_32` (the shingle hash in pure Python), :func:`to_minhash` /
-:func:`to_lean_minhash` (datasketch objects), :func:`lsh_params`.
+:func:`shingle_hash32` / :func:`word_hash32` / :func:`fmix32` (the hashes in pure
+Python), :func:`to_minhash` / :func:`to_lean_minhash` (datasketch objects),
+:func:`lsh_params`.
+
+Shingles
+--------
+Word ``ngram``-grams of :func:`normalize_for_shingles`: each character replaced by its
+NFKC form, lower-cased, and words are maximal runs of alphanumeric characters. The numba
+kernel does all of it from the UTF-8 bytes in one pass (tables built once per process).
 
 datasketch interoperability
 ---------------------------
 Signatures are bit-identical to
 ``datasketch.MinHash(num_perm, seed, hashfunc=shingle_hash32, scheme="affine32")`` updated
 with the UTF-8 bytes of every shingle (``" ".join(words[i:i + ngram])``): the shingle's
-32-bit hash (:func:`shingle_hash32`, MurmurHash3 of its words' MurmurHash3 values),
+32-bit hash (:func:`shingle_hash32`, a rolling polynomial of its words' FNV-1a hashes),
 datasketch's fmix32 pre-mix, then ``a * h + b mod 2**32`` with datasketch's own
 permutation parameters. ``to_lean_minhash(sig[i], seed)`` gives a
 ``LeanMinHash`` usable in ``datasketch.MinHashLSH``.
@@ -66,8 +82,8 @@ from tokenmill.pipeline.step import Document, PipelineStep
 
 MAX_HASH32 = np.uint32(0xFFFFFFFF)
 SCHEME = "affine32"
-HASH_NAME = ("shingle_hash32: murmur3_32 of the words' murmur3_32 values; "
-             "datasketch affine32 permutations")
+HASH_NAME = ("shingle_hash32: fmix32 of a base-0x9E3779B1 polynomial of the words' "
+             "fmix32(fnv1a_32); datasketch affine32 permutations")
 
 _NON_WORD = re.compile(r"[\W_]+")
 
@@ -75,18 +91,39 @@ _NON_WORD = re.compile(r"[\W_]+")
 # ---------------------------------------------------------------------------------------
 # normalization and shingles
 # ---------------------------------------------------------------------------------------
-def normalize_for_shingles(text: str) -> str:
-    """Text as the words MinHash sees: NFKC, lower case, every run of non-word characters
-    (punctuation, whitespace, ``_``) replaced by one space, stripped.
+@functools.lru_cache(maxsize=1)
+def _char_map() -> dict[int, str]:
+    """code point -> ``NFKC(chr(cp)).lower()`` where that differs from the character
+    (about 6,200 code points; built once per process, ~0.7 s)."""
+    out = {}
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        ch = chr(cp)
+        m = unicodedata.normalize("NFKC", ch).lower()
+        if m != ch:
+            out[cp] = m
+    return out
 
-    The result is the words joined by single spaces (possibly ``""``).
+
+def normalize_for_shingles(text: str) -> str:
+    """Text as the words MinHash sees: every character replaced by its NFKC compatibility
+    form, lower-cased (``unicodedata.normalize("NFKC", ch).lower()``, character by
+    character), then every run of non-alphanumeric characters (punctuation, whitespace,
+    ``_``; ``str.isalnum``) replaced by one space, stripped.
+
+    Per-character NFKC folds width variants, ligatures, superscripts, NBSP and the like
+    as whole-string NFKC does, but does not compose decomposed accents (``e`` + U+0301
+    stays two characters, the accent a separator); in exchange the kernel applies it from
+    a table, in one pass. The result is the words joined by single spaces (maybe ``""``).
     """
-    return _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).lower()).strip()
+    mapped = text.translate(_char_map())
+    return _NON_WORD.sub(" ", mapped).strip()
 
 
 def _prepare(text: str) -> bytes:
-    # the Python half of normalize_for_shingles; word splitting happens in the kernel
-    return unicodedata.normalize("NFKC", text).lower().encode("utf-8", "surrogatepass")
+    # all normalization happens in the kernel; Python only encodes
+    return text.encode("utf-8", "surrogatepass")
 
 
 def shingles(text: str, ngram: int = 5) -> list[bytes]:
@@ -103,54 +140,39 @@ def shingles(text: str, ngram: int = 5) -> list[bytes]:
     return [" ".join(words[i:i + ngram]).encode("utf-8") for i in range(n)]
 
 
-def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86_32 (Austin Appleby, public domain) of ``data``, as a Python int.
-
-    Pure Python reference; :func:`shingle_hash32` builds the shingle hash from it.
-    """
-    c1, c2, m = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
-    h = seed & m
-    n = len(data)
-    nblocks = n // 4
-    for i in range(nblocks):
-        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
-        k = (k * c1) & m
-        k = ((k << 15) | (k >> 17)) & m
-        k = (k * c2) & m
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & m
-        h = (h * 5 + 0xE6546B64) & m
-    tail = data[4 * nblocks:]
-    k = 0
-    if len(tail) >= 3:
-        k ^= tail[2] << 16
-    if len(tail) >= 2:
-        k ^= tail[1] << 8
-    if len(tail) >= 1:
-        k ^= tail[0]
-        k = (k * c1) & m
-        k = ((k << 15) | (k >> 17)) & m
-        k = (k * c2) & m
-        h ^= k
-    h ^= n
+def fmix32(h: int) -> int:
+    """MurmurHash3's 32-bit finalizer (an avalanching bijection on uint32)."""
     h ^= h >> 16
-    h = (h * 0x85EBCA6B) & m
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
     h ^= h >> 13
-    h = (h * 0xC2B2AE35) & m
-    h ^= h >> 16
-    return h
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def word_hash32(word: bytes) -> int:
+    """``fmix32(FNV-1a 32(word))``: the hash of one word (UTF-8 bytes)."""
+    h = 0x811C9DC5
+    for c in word:
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return fmix32(h)
+
+
+SHINGLE_BASE = 0x9E3779B1  # odd 32-bit multiplier (golden ratio) of the polynomial hash
 
 
 def shingle_hash32(shingle: bytes) -> int:
-    """The 32-bit hash of a shingle (UTF-8 words joined by one space): MurmurHash3_x86_32
-    (seed 0) of the concatenated little-endian 32-bit MurmurHash3 values of its words.
+    """The 32-bit hash of a shingle (UTF-8 words joined by one space): ``fmix32`` of the
+    polynomial ``sum_k word_hash32(w_k) * SHINGLE_BASE**(n-1-k) mod 2**32`` over its n words.
 
-    Hashing words once and shingles from word hashes makes each shingle cost ``ngram``
-    block mixes instead of re-hashing its bytes. Pass it as ``hashfunc`` to
+    Words are hashed once (FNV-1a of Fowler/Noll/Vo, finalized with fmix32) and the
+    polynomial rolls from one shingle to the next in O(1) (Karp & Rabin, "Efficient
+    randomized pattern-matching algorithms", 1987). Pass it as ``hashfunc`` to
     ``datasketch.MinHash`` to reproduce :func:`minhash_signatures`.
     """
-    words = shingle.split(b" ")
-    return murmur3_32(b"".join(murmur3_32(w).to_bytes(4, "little") for w in words))
+    h = 0
+    for w in shingle.split(b" "):
+        h = (h * SHINGLE_BASE + word_hash32(w)) & 0xFFFFFFFF
+    return fmix32(h)
 
 
 # ---------------------------------------------------------------------------------------
@@ -168,133 +190,199 @@ def _fmix32(h):
 
 
 @functools.lru_cache(maxsize=1)
-def _word_char_table() -> np.ndarray:
-    """bool (0x110000,): code point is alphanumeric (``str.isalnum``, i.e. regex
-    ``[^\\W_]``). Built once per process (~0.2 s)."""
-    return np.array([chr(i).isalnum() for i in range(0x110000)], dtype=np.bool_)
+def _char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tables of the kernel's per-code-point normalization (see
+    :func:`normalize_for_shingles`), built once per process:
+
+    * ``word``: uint8 (0x110000,), 1 where the code point is alphanumeric;
+    * ``map_idx``: int32 (0x110000,), -1 or the index of the code point's replacement;
+    * ``rep_off``: int64 (n_rep + 1,), ``rep_cp``: int64, the replacements' code points.
+    """
+    word = np.array([chr(i).isalnum() for i in range(0x110000)], dtype=np.uint8)
+    cmap = _char_map()
+    map_idx = np.full(0x110000, -1, np.int32)
+    rep_off = np.zeros(len(cmap) + 1, np.int64)
+    reps: list[int] = []
+    for k, (cp, rep) in enumerate(sorted(cmap.items())):
+        map_idx[cp] = k
+        reps.extend(ord(c) for c in rep)
+        rep_off[k + 1] = len(reps)
+    return word, map_idx, rep_off, np.array(reps, np.int64)
 
 
 @numba.njit(inline="always")
-def _mix_block(h, k):
-    m = np.uint64(0xFFFFFFFF)
-    k = (k * np.uint64(0xCC9E2D51)) & m
-    k = ((k << np.uint64(15)) | (k >> np.uint64(17))) & m
-    k = (k * np.uint64(0x1B873593)) & m
-    h ^= k
-    h = ((h << np.uint64(13)) | (h >> np.uint64(19))) & m
-    return (h * np.uint64(5) + np.uint64(0xE6546B64)) & m
+def _fmix32_u32(h):
+    # numba widens uint32 products to 64 bits: truncate explicitly
+    h = np.uint32(h ^ (h >> np.uint32(16)))
+    h = np.uint32(h * np.uint32(0x85EBCA6B))
+    h = np.uint32(h ^ (h >> np.uint32(13)))
+    h = np.uint32(h * np.uint32(0xC2B2AE35))
+    return np.uint32(h ^ (h >> np.uint32(16)))
 
 
 @numba.njit(inline="always")
-def _mix_tail(h, k):
-    m = np.uint64(0xFFFFFFFF)
-    k = (k * np.uint64(0xCC9E2D51)) & m
-    k = ((k << np.uint64(15)) | (k >> np.uint64(17))) & m
-    k = (k * np.uint64(0x1B873593)) & m
-    return h ^ k
+def _feed(h, inw, w, byte_or_neg, wh, nw):
+    """One step of the branch-free word state machine; ``byte_or_neg`` < 0 for a
+    character that adds no byte (only closes/opens words)."""
+    zero = np.uint32(0)
+    init = np.uint32(0x811C9DC5)
+    m = zero - w
+    sm = zero - (w & ~inw & np.uint32(1))
+    h = (h & ~sm) | (init & sm)
+    if byte_or_neg >= 0:
+        h = (np.uint32((h ^ np.uint32(byte_or_neg)) * np.uint32(16777619)) & m) | (h & ~m)
+    wh[nw] = h  # overwritten unless a word just ended
+    nw += inw & ~w & np.uint32(1)
+    return h, w, nw
 
 
 @numba.njit(cache=True, nogil=True)
-def _word_hashes(buf, s, e, table, wh):
-    """One pass over UTF-8 ``buf[s:e]``: the MurmurHash3_x86_32 (seed 0) of every word (a
-    maximal run of code points with ``table[cp]``) into ``wh`` (uint64, room for
-    ``(e - s + 1) // 2`` words). Returns the number of words."""
+def _word_hashes(buf, s, e, word, map_idx, rep_off, rep_cp, wh):
+    """One pass over UTF-8 ``buf[s:e]``: ``fmix32(fnv1a_32(word))`` of every word of
+    :func:`normalize_for_shingles` into ``wh`` (uint32). Returns the number of words, or
+    -1 when ``wh`` is too small (NFKC expansions: grow it and call again).
+
+    ASCII takes a branch-free path (lower case by arithmetic, word/non-word by masks, so
+    word boundaries cost no branch mispredictions); other code points are decoded, mapped
+    through the NFKC/lower table and re-encoded as UTF-8 for the hash."""
     nw = 0
-    in_word = False
-    h = np.uint64(0)
-    k = np.uint64(0)
-    nb = 0
+    inw = np.uint32(0)
+    init = np.uint32(0x811C9DC5)
+    prime = np.uint32(16777619)
+    zero = np.uint32(0)
+    h = init
+    cap = wh.shape[0] - 32  # one character adds at most 18 code points, so < 32 words
     i = s
-    while i <= e:
-        if i < e:
-            c0 = np.int64(buf[i])
-            if c0 < 0x80:
-                ln = 1
-                cp = c0
-            else:
-                if c0 < 0xE0:
-                    ln = 2
-                    cp = c0 & 0x1F
-                elif c0 < 0xF0:
-                    ln = 3
-                    cp = c0 & 0x0F
-                else:
-                    ln = 4
-                    cp = c0 & 0x07
-                if i + ln > e:
-                    ln = e - i
-                for q in range(1, ln):
-                    cp = (cp << 6) | (np.int64(buf[i + q]) & 0x3F)
-                if cp >= 0x110000:
-                    cp = 0  # malformed: a separator (table[0] is False)
-            is_word = table[cp]
+    while i < e:
+        if nw >= cap:
+            return -1  # the caller grows wh and calls again
+        c0 = buf[i]
+        if c0 < 0x80:
+            c = np.uint32(c0)
+            c += np.uint32(32) * np.uint32((c >= 65) & (c <= 90))  # ASCII lower case
+            w = np.uint32(word[c0])
+            m = zero - w
+            sm = zero - (w & ~inw & np.uint32(1))
+            h = (h & ~sm) | (init & sm)
+            h = (np.uint32((h ^ c) * prime) & m) | (h & ~m)
+            wh[nw] = h  # overwritten unless a word just ended
+            nw += inw & ~w & np.uint32(1)
+            inw = w
+            i += 1
+            continue
+        if c0 < 0xE0:
+            ln = 2
+            cp = np.int64(c0 & 0x1F)
+        elif c0 < 0xF0:
+            ln = 3
+            cp = np.int64(c0 & 0x0F)
         else:
-            ln = 1
-            is_word = False  # end of document closes the last word
-        if is_word:
-            if not in_word:
-                in_word = True
-                h = np.uint64(0)
-                k = np.uint64(0)
-                nb = 0
+            ln = 4
+            cp = np.int64(c0 & 0x07)
+        if i + ln > e:
+            ln = e - i
+        for q in range(1, ln):
+            cp = (cp << 6) | (np.int64(buf[i + q]) & 0x3F)
+        if cp >= 0x110000 or cp < 0:
+            cp = 0  # malformed: a separator
+        k = map_idx[cp]
+        if k < 0:
+            w = np.uint32(word[cp])
+            h, inw, nw = _feed(h, inw, w, -1, wh, nw)
             for q in range(ln):
-                k |= np.uint64(buf[i + q]) << np.uint64(8 * (nb & 3))
-                nb += 1
-                if nb & 3 == 0:
-                    h = _mix_block(h, k)
-                    k = np.uint64(0)
-        elif in_word:
-            in_word = False
-            if nb & 3:
-                h = _mix_tail(h, k)
-            h ^= np.uint64(nb)
-            wh[nw] = _fmix32(h)
-            nw += 1
+                h, inw, nw = _feed(h, inw, w, np.int64(buf[i + q]), wh, nw)
+        else:
+            for r in range(rep_off[k], rep_off[k + 1]):
+                rc = rep_cp[r]
+                w = np.uint32(word[rc])
+                h, inw, nw = _feed(h, inw, w, -1, wh, nw)
+                if rc < 0x80:
+                    h, inw, nw = _feed(h, inw, w, rc, wh, nw)
+                elif rc < 0x800:
+                    h, inw, nw = _feed(h, inw, w, 0xC0 | (rc >> 6), wh, nw)
+                    h, inw, nw = _feed(h, inw, w, 0x80 | (rc & 0x3F), wh, nw)
+                elif rc < 0x10000:
+                    h, inw, nw = _feed(h, inw, w, 0xE0 | (rc >> 12), wh, nw)
+                    h, inw, nw = _feed(h, inw, w, 0x80 | ((rc >> 6) & 0x3F), wh, nw)
+                    h, inw, nw = _feed(h, inw, w, 0x80 | (rc & 0x3F), wh, nw)
+                else:
+                    h, inw, nw = _feed(h, inw, w, 0xF0 | (rc >> 18), wh, nw)
+                    h, inw, nw = _feed(h, inw, w, 0x80 | ((rc >> 12) & 0x3F), wh, nw)
+                    h, inw, nw = _feed(h, inw, w, 0x80 | ((rc >> 6) & 0x3F), wh, nw)
+                    h, inw, nw = _feed(h, inw, w, 0x80 | (rc & 0x3F), wh, nw)
         i += ln
+    if inw:
+        wh[nw] = h
+        nw += 1
+    for k in range(nw):
+        wh[k] = _fmix32_u32(wh[k])
     return nw
 
 
 @numba.njit(cache=True, nogil=True)
-def _shingle_minhash(wh, nw, ngram, a, b, sig):
-    """Minimum over the shingles of ``a * fmix32(H) + b mod 2**32`` into ``sig`` (uint32
-    (P,), preset to 0xFFFFFFFF), H = :func:`shingle_hash32` computed from the word hashes
-    ``wh[:nw]``. Returns the number of shingles."""
-    if nw == 0:
-        return 0
+def _shingle_minhash(wh, nw, ngram, a, b, hv, sig):
+    """``sig[p] = min over shingles of a[p] * fmix32(H) + b[p] mod 2**32`` (uint32 (P,)),
+    H = :func:`shingle_hash32` rolled over the word hashes ``wh[:nw]``; ``hv`` is
+    scratch (uint32, >= number of shingles). Returns the number of shingles; with none,
+    ``sig`` is all 0xFFFFFFFF (datasketch's empty MinHash)."""
     P = a.shape[0]
-    nsh = nw - ngram + 1
-    if nsh < 1:
-        nsh = 1
-    for w in range(nsh):
-        last = w + ngram
-        if last > nw:
-            last = nw
-        h = np.uint64(0)
-        for q in range(w, last):
-            h = _mix_block(h, wh[q])
-        h ^= np.uint64(4 * (last - w))
-        hv = np.uint32(_fmix32(_fmix32(h)))  # murmur3 finalizer, then datasketch's pre-mix
-        # uint32 wrap-around is the affine32 "mod 2**32"; min() keeps the loop SIMD
+    if nw == 0:
         for p in range(P):
-            sig[p] = min(sig[p], np.uint32(a[p] * hv + b[p]))
+            sig[p] = np.uint32(0xFFFFFFFF)
+        return 0
+    base = np.uint32(SHINGLE_BASE)
+    if nw < ngram:  # one shingle of all the words
+        h = np.uint32(0)
+        for q in range(nw):
+            h = np.uint32(h * base + wh[q])
+        hv[0] = np.uint32(_fmix32(np.uint64(_fmix32_u32(h))))  # + datasketch's pre-mix
+        nsh = 1
+    else:
+        nsh = nw - ngram + 1
+        top = np.uint32(1)  # base ** (ngram - 1)
+        for _ in range(ngram - 1):
+            top = np.uint32(top * base)
+        h = np.uint32(0)
+        for q in range(ngram):
+            h = np.uint32(h * base + wh[q])
+        hv[0] = np.uint32(_fmix32(np.uint64(_fmix32_u32(h))))
+        for w in range(1, nsh):  # roll: drop word w-1, add word w+ngram-1
+            h = np.uint32(np.uint32(h - np.uint32(wh[w - 1] * top)) * base + wh[w + ngram - 1])
+            hv[w] = np.uint32(_fmix32(np.uint64(_fmix32_u32(h))))
+    # permutation-major: a min-reduction over contiguous shingle hashes vectorizes well;
+    # uint32 wrap-around is the affine32 "mod 2**32"
+    for p in range(P):
+        ap = a[p]
+        bp = b[p]
+        acc = np.uint32(0xFFFFFFFF)
+        for w in range(nsh):
+            acc = min(acc, np.uint32(ap * hv[w] + bp))
+        sig[p] = acc
     return nsh
 
 
 @numba.njit(cache=True, nogil=True)
-def _signatures_kernel(buf, doc_off, ngram, a, b, table, out, n_shingles):
-    """buf: uint8 UTF-8 (lower-cased NFKC) of all docs; doc_off: int64 (n_docs + 1,);
-    a, b: uint32 (P,) datasketch affine32 permutations; table: bool word-char table; out:
-    uint32 (n_docs, P); n_shingles: int64 (n_docs,)."""
+def _signatures_kernel(buf, doc_off, ngram, a, b, tables, out, n_shingles):
+    """buf: uint8, the documents' UTF-8 bytes (``surrogatepass``), concatenated; doc_off:
+    int64 (n_docs + 1,); a, b: uint32 (P,) datasketch affine32 permutations; tables:
+    :func:`_char_tables`; out: uint32 (n_docs, P); n_shingles: int64 (n_docs,)."""
     n_docs = doc_off.shape[0] - 1
     longest = 1
     for d in range(n_docs):
         longest = max(longest, doc_off[d + 1] - doc_off[d])
-    wh = np.empty(longest // 2 + 2, np.uint64)
+    # a word needs a byte and a separator: enough unless NFKC expands (then grow)
+    wh = np.empty(longest // 2 + 64, np.uint32)
+    hv = np.empty(longest // 2 + 64, np.uint32)
+    word, map_idx, rep_off, rep_cp = tables
     for d in range(n_docs):
-        nw = _word_hashes(buf, doc_off[d], doc_off[d + 1], table, wh)
-        sig = out[d]
-        sig[:] = np.uint32(0xFFFFFFFF)
-        n_shingles[d] = _shingle_minhash(wh, nw, ngram, a, b, sig)
+        while True:
+            nw = _word_hashes(buf, doc_off[d], doc_off[d + 1], word, map_idx, rep_off,
+                              rep_cp, wh)
+            if nw >= 0:
+                break
+            wh = np.empty(2 * wh.shape[0], np.uint32)
+            hv = np.empty(wh.shape[0], np.uint32)
+        n_shingles[d] = _shingle_minhash(wh, nw, ngram, a, b, hv, out[d])
 
 
 @functools.lru_cache(maxsize=16)
@@ -318,9 +406,9 @@ def minhash_signatures(
     Returns a ``(n_docs, num_perm)`` uint32 array (with ``return_shingle_counts`` also an
     int64 ``(n_docs,)`` array of shingle counts). An empty document's row is all
     ``0xFFFFFFFF`` (datasketch's empty MinHash). Bit-identical to datasketch (see module
-    docstring). Per document, Python only applies NFKC and ``lower``; word splitting and
-    hashing (one pass over the bytes), shingle hashes and the minimum over permutations
-    run in one numba kernel per batch.
+    docstring). Per document, Python only encodes the text to UTF-8; normalization (from
+    tables), word splitting and hashing (one pass over the bytes), the rolling shingle
+    hashes and the minimum over permutations run in one numba kernel per batch.
 
     Raises:
         ValueError: ``num_perm`` or ``ngram`` < 1.
@@ -328,7 +416,7 @@ def minhash_signatures(
     if num_perm < 1 or ngram < 1:
         raise ValueError(f"num_perm and ngram must be >= 1, got {num_perm}, {ngram}")
     a, b = _permutations(num_perm, seed)
-    table = _word_char_table()
+    tables = _char_tables()
     parts: list[np.ndarray] = []
     counts: list[np.ndarray] = []
 
@@ -339,7 +427,7 @@ def minhash_signatures(
         buf = np.frombuffer(b"".join(batch), np.uint8)
         out = np.empty((len(batch), num_perm), np.uint32)
         nsh = np.empty(len(batch), np.int64)
-        _signatures_kernel(buf, off, ngram, a, b, table, out, nsh)
+        _signatures_kernel(buf, off, ngram, a, b, tables, out, nsh)
         parts.append(out)
         counts.append(nsh)
 
@@ -438,14 +526,14 @@ def _ensure_ray() -> None:
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=min(2, os.cpu_count() or 1), include_dashboard=False,
+        ray.init(address="local", num_cpus=min(2, os.cpu_count() or 1), include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
 
 
 def lsh_candidate_edges(sig: np.ndarray, valid: np.ndarray, bands: int, rows: int,
                         n_tasks: int | None = None) -> np.ndarray:
-    """All LSH candidate edges, bands split over Ray tasks (``ray.init`` with at most 2
-    CPUs if Ray is not running). Same result for any ``n_tasks``/worker count: int64
+    """All LSH candidate edges, bands split over Ray tasks (a new local Ray with at most 2
+    CPUs if Ray is not initialized). Same result for any ``n_tasks``/worker count: int64
     ``(m, 2)``, unique, sorted."""
     import ray
 
@@ -615,7 +703,10 @@ def fuzzy_dedup(
     order = np.array(sorted(range(n), key=keys.__getitem__), dtype=np.int64)
     sig = np.ascontiguousarray(sig[order])
     valid = nsh[order] > 0
-    edges = lsh_candidate_edges(sig, valid, bands, rows, n_tasks=n_tasks)
+    if int(valid.sum()) >= 2:
+        edges = lsh_candidate_edges(sig, valid, bands, rows, n_tasks=n_tasks)
+    else:  # nothing to compare: no need for Ray
+        edges = np.empty((0, 2), np.int64)
     t2 = time.perf_counter()
     root = _union_find(n, edges) if n else np.empty(0, np.int64)
     sizes = np.bincount(root, minlength=n) if n else np.empty(0, np.int64)

@@ -36,6 +36,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numba
+import numpy as np
+
 from tokenmill.pipeline.step import Document, DocumentFilter
 
 _WORD_RE = re.compile(r"\w+(?:['’\-]\w+)*|[^\w\s]")
@@ -84,7 +87,8 @@ def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
 
 
 def _top_ngram_chars(words: Sequence[str], n: int) -> int:
-    """Characters covered by the most frequent word n-gram (len * count, 0 if unique)."""
+    """Characters covered by the most frequent word n-gram (len * count, 0 if unique).
+    Pure-Python reference of :func:`_ngram_stats`."""
     grams = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
     if not grams:
         return 0
@@ -94,7 +98,9 @@ def _top_ngram_chars(words: Sequence[str], n: int) -> int:
 
 def _dup_ngram_chars(words: Sequence[str], n: int) -> int:
     """Characters in duplicated word n-grams, non-overlapping (datatrove
-    ``find_all_duplicate``: after a repeat, skip past it)."""
+    ``find_all_duplicate``: after a repeat, skip past it). Pure-Python reference of
+    :func:`_ngram_stats` (which compares n-grams word by word, where datatrove compares the
+    words concatenated without separator)."""
     seen: set[str] = set()
     chars = 0
     i = 0
@@ -108,6 +114,66 @@ def _dup_ngram_chars(words: Sequence[str], n: int) -> int:
             seen.add(gram)
             i += 1
     return chars
+
+
+@numba.njit(cache=True)
+def _gram_hash(wh, i, n):
+    h = np.int64(0x345678)
+    for k in range(n):
+        h = (h ^ wh[i + k]) * np.int64(1000003)
+    return h
+
+
+@numba.njit(cache=True)
+def _ngram_stats(wh, wl, top_ns, dup_ns):
+    """Gopher repetition statistics over word hashes ``wh`` (int64) and word lengths
+    ``wl`` (int64, characters): for each n in ``top_ns`` the characters of the most
+    frequent n-gram times its count (``" "``-joined length; 0 if no n-gram repeats; ties go
+    to the first seen), and for each n in ``dup_ns`` the characters in repeated n-grams,
+    skipping past each repeat (datatrove ``find_all_duplicate``). n-grams are compared by a
+    64-bit hash of their words."""
+    nw = wh.shape[0]
+    csum = np.zeros(nw + 1, np.int64)
+    for i in range(nw):
+        csum[i + 1] = csum[i] + wl[i]
+    top = np.zeros(top_ns.shape[0], np.int64)
+    for t in range(top_ns.shape[0]):
+        n = top_ns[t]
+        if nw - n + 1 <= 0:
+            continue
+        counts = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
+        first = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
+        for i in range(nw - n + 1):
+            h = _gram_hash(wh, i, n)
+            if h in counts:
+                counts[h] += 1
+            else:
+                counts[h] = 1
+                first[h] = i
+        best_c = 0
+        best_i = 0
+        for h, c in counts.items():
+            if c > best_c or (c == best_c and first[h] < best_i):
+                best_c = c
+                best_i = first[h]
+        if best_c > 1:
+            top[t] = (csum[best_i + n] - csum[best_i] + n - 1) * best_c
+    dup = np.zeros(dup_ns.shape[0], np.int64)
+    for t in range(dup_ns.shape[0]):
+        n = dup_ns[t]
+        seen = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
+        i = 0
+        chars = 0
+        while i < nw - n + 1:
+            h = _gram_hash(wh, i, n)
+            if h in seen:
+                chars += csum[i + n] - csum[i]
+                i += n
+            else:
+                seen[h] = 1
+                i += 1
+        dup[t] = chars
+    return top, dup
 
 
 class GopherQualityFilter(DocumentFilter):
@@ -199,7 +265,8 @@ class GopherRepetitionFilter(DocumentFilter):
     lines; ``dup_para_frac``, ``dup_para_char_frac``), the most frequent word n-gram's
     characters for n = 2, 3, 4 (``top_n_grams``: 0.20, 0.18, 0.16; reason ``top_<n>_gram``)
     and characters in duplicated n-grams for n = 5..10 (``dup_n_grams``: 0.15 .. 0.10;
-    reason ``dup_<n>_gram``). Character fractions are of ``len(text)``.
+    reason ``dup_<n>_gram``). Character fractions are of ``len(text)``. The n-gram counts
+    run in numba (:func:`_ngram_stats`) over per-word hashes.
     """
 
     name = "gopher_repetition"
@@ -219,6 +286,10 @@ class GopherRepetitionFilter(DocumentFilter):
             dup_n_grams=[list(x) for x in dup_n_grams])
         super().__init__(**cfg)
         self.c = cfg
+        self._top_n = np.array([int(n) for n, _ in top_n_grams] or [0], np.int64)[
+            : len(top_n_grams)]
+        self._dup_n = np.array([int(n) for n, _ in dup_n_grams] or [0], np.int64)[
+            : len(dup_n_grams)]
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
@@ -237,11 +308,14 @@ class GopherRepetitionFilter(DocumentFilter):
         if c["dup_line_char_frac"] is not None and dup_chars / n_chars > c["dup_line_char_frac"]:
             return "gopher_repetition:dup_line_char_frac"
         words = split_into_words(text)
-        for n, frac in c["top_n_grams"]:
-            if _top_ngram_chars(words, n) / n_chars > frac:
+        wh = np.fromiter(map(hash, words), np.int64, len(words))
+        wl = np.fromiter(map(len, words), np.int64, len(words))
+        top, dup = _ngram_stats(wh, wl, self._top_n, self._dup_n)
+        for (n, frac), chars in zip(c["top_n_grams"], top, strict=True):
+            if chars / n_chars > frac:
                 return f"gopher_repetition:top_{n}_gram"
-        for n, frac in c["dup_n_grams"]:
-            if _dup_ngram_chars(words, n) / n_chars > frac:
+        for (n, frac), chars in zip(c["dup_n_grams"], dup, strict=True):
+            if chars / n_chars > frac:
                 return f"gopher_repetition:dup_{n}_gram"
         return None
 

@@ -240,7 +240,7 @@ def write_report(output_dir: str | os.PathLike,
     tok_removed: dict[str, Counter] = defaultdict(Counter)
     for r in q_rows:
         st = r.get("stage") or "other"
-        if st not in stages:
+        if st not in stages[1:-1]:  # e.g. rows quarantined while reading
             st = "quarantine" if "quarantine" in stages else "other"
         tok_removed[r.get("source")][st] += r["n_tokens"]
     tok_series: dict[str, list[float]] = {}
@@ -313,16 +313,18 @@ def write_report(output_dir: str | os.PathLike,
             clusters[r.get("stage") or "dedup"][r["duplicate_of"]] += 1
     if clusters:
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        for st, c in sorted(clusters.items()):
-            sizes = Counter(v + 1 for v in c.values())
-            xs = sorted(sizes)
-            ax.plot(xs, [sizes[x] for x in xs], "o-", label=f"{st} ({len(c)} clusters)")
-        ax.set_xscale("log")
+        per_stage = {st: Counter(v + 1 for v in c.values()) for st, c in sorted(clusters.items())}
+        sizes = sorted(set().union(*per_stage.values()))
+        _bars(ax, [str(x) for x in sizes],
+              {f"{st} ({len(clusters[st])} clusters)": [c.get(x, 0) for x in sizes]
+               for st, c in per_stage.items()},
+              "clusters", "duplicate cluster sizes")
         ax.set_yscale("log")
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("cluster size (kept document + removed duplicates)")
-        ax.set_ylabel("clusters")
-        ax.set_title("duplicate cluster sizes")
-        ax.legend()
         result.images.append(_save(fig, out / "duplicate_clusters.png"))
         sections.append(("Duplicate clusters", "duplicate_clusters.png",
                          "From the quarantine's duplicate_of column."))

@@ -127,7 +127,8 @@ def read_header(path: str | os.PathLike) -> ShardHeader:
     n = int(header[2])
     expected = HEADER_BYTES + n * np.dtype(_DTYPES[version]).itemsize
     if size != expected:
-        raise ShardError(f"{path}: header says {n} tokens ({expected} bytes), file has {size} bytes")
+        raise ShardError(f"{path}: header says {n} tokens ({expected} bytes), "
+                         f"file has {size} bytes")
     return ShardHeader(version=version, n_tokens=n)
 
 

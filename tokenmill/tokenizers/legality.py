@@ -166,13 +166,28 @@ def byte_pair_merge(ranks: dict[bytes, int], piece: bytes) -> list[bytes]:
     return parts
 
 
+_LUT64 = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1,
+                       bitorder="little").copy().view(np.uint64).reshape(256)
+
+
 @nb.njit(parallel=True, cache=True)
-def _unpack_rows(packed, rows, V, out):
+def _unpack_rows(packed, rows, lut64, out64):
+    """out64[i, j] = the 8 bools (as one uint64) of byte j of row rows[i]."""
     for i in nb.prange(len(rows)):
         src = packed[rows[i]]
-        dst = out[i]
-        for j in range(V):
-            dst[j] = (src[j >> 3] >> (j & 7)) & 1
+        dst = out64[i]
+        for j in range(len(src)):
+            dst[j] = lut64[src[j]]
+
+
+def unpack_rows_torch(packed, n_vocab: int):
+    """Unpack ``torch.uint8[N, row_bytes]`` rows (little bit order) to ``torch.bool[N, n_vocab]``
+    with torch bit operations on the rows' device (the path for accelerators)."""
+    import torch
+
+    shifts = torch.arange(8, device=packed.device, dtype=torch.uint8)
+    bits = (packed.unsqueeze(-1) >> shifts) & 1
+    return bits.reshape(packed.shape[0], -1)[:, :n_vocab].bool()
 
 
 class LegalityTable:
@@ -194,9 +209,10 @@ class LegalityTable:
         self.rows = rows
         self.n_vocab = ident.n_vocab
         self.row_bytes = (self.n_vocab + 7) // 8
-        self._row_index: dict[int, int] | None = (
-            None if rows is None else {int(r): k for k, r in enumerate(rows)}
-        )
+        self._row_index: np.ndarray | None = None  # id -> row of a partial table, or -1
+        if rows is not None:
+            self._row_index = np.full(self.n_vocab, -1, dtype=np.int64)
+            self._row_index[np.asarray(rows, dtype=np.int64)] = np.arange(len(rows))
         self._analysis: _Analysis | None = None
 
     # ------------------------------------------------------------------ build
@@ -249,7 +265,10 @@ class LegalityTable:
             "model": an.model,
             "build_seconds": round(seconds, 3),
             "threads": nb.get_num_threads(),
-            "unreachable_tokens": int(((an.kind == 0) & ~an.special).sum()),
+            "unused_ids": int(sum(1 for i, b in enumerate(an.tokens)
+                                  if b is None and not an.special[i])),
+            "unreachable_tokens": int(sum(1 for i, b in enumerate(an.tokens)
+                                          if b is not None and an.kind[i] == 0)),
             "non_monotone_tokens": int((an.kind == 2).sum()),
         }
         table = cls(ident, packed, meta, None if rows is None else row_ids)
@@ -344,10 +363,21 @@ class LegalityTable:
                              f"({self.n_vocab})")
         if self._row_index is None:
             return a
-        try:
-            return self._row_index[a]
-        except KeyError:
-            raise KeyError(f"row {a} was not built in this partial table") from None
+        k = int(self._row_index[a])
+        if k < 0:
+            raise KeyError(f"row {a} was not built in this partial table")
+        return k
+
+    def _rows_of(self, ids: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`_row` (raises like it)."""
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n_vocab):
+            raise IndexError(f"previous-token id outside vocabulary of {self.identity.name}")
+        if self._row_index is None:
+            return ids
+        k = self._row_index[ids]
+        if len(k) and k.min() < 0:
+            raise KeyError(f"row {int(ids[np.argmin(k)])} was not built in this partial table")
+        return k
 
     def is_possible(self, a: int, b: int) -> bool:
         """True if token ``b`` can follow token ``a`` in some canonical encoding."""
@@ -365,19 +395,14 @@ class LegalityTable:
         partial tables holding every ``prev``)."""
         prev = np.asarray(prev, dtype=np.int64)
         nxt = np.asarray(nxt, dtype=np.int64)
-        if self._row_index is not None:
-            rows = np.asarray([self._row(int(a)) for a in prev], dtype=np.int64)
-        else:
-            rows = prev
+        rows = self._rows_of(prev)
         byte = np.asarray(self.packed[rows, nxt >> 3])
         return ((byte >> (nxt & 7).astype(np.uint8)) & 1).astype(np.bool_)
 
     def packed_rows(self, prev_ids) -> np.ndarray:
         """``uint8[N, row_bytes]`` packed rows for kernels that unpack bits themselves
         (bit ``j & 7`` of byte ``j >> 3`` = next token ``j`` possible)."""
-        idx = np.asarray(prev_ids, dtype=np.int64).reshape(-1)
-        if self._row_index is not None:
-            idx = np.asarray([self._row(int(a)) for a in idx], dtype=np.int64)
+        idx = self._rows_of(np.asarray(prev_ids, dtype=np.int64).reshape(-1))
         return np.asarray(self.packed[idx])
 
     def mask_rows(self, prev_ids, device=None):
@@ -386,8 +411,9 @@ class LegalityTable:
         Args:
             prev_ids: ``torch.LongTensor[N]`` (or any int array) of previous-token ids.
             device: target device; on CPU the rows are gathered and unpacked by a parallel
-                numba kernel straight into the tensor's memory (N * n_vocab bytes); on another
-                device the packed rows are uploaded and unpacked with torch bit operations.
+                numba kernel straight into the tensor's memory (a view of an
+                ``[N, row_bytes * 8]`` buffer, about N * n_vocab bytes); on another device the
+                packed rows are uploaded and unpacked with torch bit operations.
         """
         import torch
 
@@ -397,18 +423,16 @@ class LegalityTable:
         else:
             dev = torch.device(device or "cpu")
             ids = np.asarray(prev_ids, dtype=np.int64).reshape(-1)
-        if self._row_index is not None:
-            ids = np.asarray([self._row(int(a)) for a in ids], dtype=np.int64)
-        elif len(ids) and (ids.min() < 0 or ids.max() >= self.n_vocab):
-            raise IndexError(f"previous-token id outside vocabulary of {self.identity.name}")
+        ids = self._rows_of(ids)
         if dev.type == "cpu":
-            out = torch.empty((len(ids), self.n_vocab), dtype=torch.bool)
-            _unpack_rows(self.packed, ids, self.n_vocab, out.numpy())
-            return out
+            # one uint64 store per packed byte; rows are padded to row_bytes * 8 and the
+            # returned tensor is the [:, :n_vocab] view (row stride row_bytes * 8)
+            out = torch.empty((len(ids), self.row_bytes * 8), dtype=torch.bool)
+            out64 = out.numpy().view(np.uint8).view(np.uint64)
+            _unpack_rows(self.packed, ids, _LUT64, out64)
+            return out[:, : self.n_vocab]
         packed = torch.from_numpy(np.asarray(self.packed[ids])).to(dev)
-        shifts = torch.arange(8, device=dev, dtype=torch.uint8)
-        bits = (packed.unsqueeze(-1) >> shifts) & 1
-        return bits.reshape(len(ids), -1)[:, : self.n_vocab].bool()
+        return unpack_rows_torch(packed, self.n_vocab)
 
     def impossible_per_row(self) -> np.ndarray:
         """``int64[n_rows]``: impossible next tokens per previous token."""
@@ -428,46 +452,69 @@ class LegalityTable:
         """Why ``(a, b)`` is possible or impossible: the regex rule at the junction and,
         inside one piece, the BPE merge that crosses the junction (or the merge result that
         keeps the two tokens apart)."""
-        an = self.analysis()
-        possible = self.is_possible(a, b)
-        verdict = "possible" if possible else "impossible"
-        head = f"{_show(an, a)} -> {_show(an, b)}: {verdict}"
-        if an.special[a] or an.special[b]:
-            return head + " (special tokens sit between documents; allowed by convention)"
-        if an.tokens[a] is None or an.tokens[b] is None:
-            return head + " (unused token id: never produced)"
-        cross, within, why = pair_rule(an.lsigs[an.lsig[a]], an.rsigs[an.rsig[b]], an.model)
-        if cross:
-            return head + f"\n  regex: {why}, so {_show(an, a)} can end one piece and " \
-                          f"{_show(an, b)} start the next"
-        lines = [head, f"  regex: {why}"]
-        if not within:
-            return "\n".join(lines)
-        ranks = an.enc._mergeable_ranks
-        ba, bb = an.tokens[a], an.tokens[b]
-        if an.kind[a] == 2 or an.kind[b] == 2:
-            lines.append("  BPE: a token's own merges are not in rank order; kept as possible "
-                         "(conservative)")
-            return "\n".join(lines)
-        for tok, bt in ((a, ba), (b, bb)):
-            if an.kind[tok] == 0:
-                parts = byte_pair_merge(ranks, bt)
-                lines.append(f"  BPE: {_show(an, tok)} is never produced by merging its own "
-                             f"bytes ({_fmt(parts)}); it only appears as a whole piece")
-                return "\n".join(lines)
-        trace = _merge_trace(ranks, ba + bb, len(ba))
-        if trace is None:
-            lines.append(f"  BPE: byte_pair_merge({_fmt([ba + bb])}) = {_fmt([ba, bb])}: no "
-                         "merge across the junction ever wins, so both survive inside one piece")
-        else:
-            (lft, rgt, rank), parts = trace
-            lines.append(
-                f"  BPE: inside one piece the merge {_fmt([lft])} + {_fmt([rgt])} -> "
-                f"{_fmt([lft + rgt])} (rank {rank}) crosses the junction before "
-                f"{_show(an, a)} / {_show(an, b)} are complete; "
-                f"{_fmt([ba + bb])} encodes as {_fmt(parts)}"
-            )
+        return explain_pair(self.analysis(), a, b, self.is_possible(a, b))
+
+
+def pair_possible(an: _Analysis, a: int, b: int) -> bool:
+    """The table's definition for one pair, computed directly in Python (no table)."""
+    if an.special[a] or an.special[b]:
+        return True
+    ba, bb = an.tokens[a], an.tokens[b]
+    if ba is None or bb is None:
+        return False
+    cross, within, _ = pair_rule(an.lsigs[an.lsig[a]], an.rsigs[an.rsig[b]], an.model)
+    if cross:
+        return True
+    if not within:
+        return False
+    if an.kind[a] == 2 or an.kind[b] == 2:
+        return an.kind[a] > 0 and an.kind[b] > 0
+    return byte_pair_merge(an.enc._mergeable_ranks, ba + bb) == [ba, bb]
+
+
+def explain_pair(an: _Analysis, a: int, b: int, possible: bool | None = None) -> str:
+    """Human-readable verdict and reason for pair ``(a, b)`` (see :meth:`LegalityTable.explain`);
+    ``possible`` defaults to :func:`pair_possible`."""
+    if possible is None:
+        possible = pair_possible(an, a, b)
+    verdict = "possible" if possible else "impossible"
+    head = f"{_show(an, a)} -> {_show(an, b)}: {verdict}"
+    if an.special[a] or an.special[b]:
+        return head + " (special tokens sit between documents; allowed by convention)"
+    if an.tokens[a] is None or an.tokens[b] is None:
+        return head + " (unused token id: never produced)"
+    cross, within, why = pair_rule(an.lsigs[an.lsig[a]], an.rsigs[an.rsig[b]], an.model)
+    if cross:
+        return head + f"\n  regex: {why}, so {_show(an, a)} can end one piece and " \
+                      f"{_show(an, b)} start the next"
+    lines = [head, f"  regex: {why}"]
+    if not within:
         return "\n".join(lines)
+    ranks = an.enc._mergeable_ranks
+    ba, bb = an.tokens[a], an.tokens[b]
+    if an.kind[a] == 2 or an.kind[b] == 2:
+        lines.append("  BPE: a token's own merges are not in rank order; kept as possible "
+                     "(conservative)")
+        return "\n".join(lines)
+    for tok, bt in ((a, ba), (b, bb)):
+        if an.kind[tok] == 0:
+            parts = byte_pair_merge(ranks, bt)
+            lines.append(f"  BPE: {_show(an, tok)} is never produced by merging its own "
+                         f"bytes ({_fmt(parts)}); it only appears as a whole piece")
+            return "\n".join(lines)
+    trace = _merge_trace(ranks, ba + bb, len(ba))
+    if trace is None:
+        lines.append(f"  BPE: byte_pair_merge({_fmt([ba + bb])}) = {_fmt([ba, bb])}: no "
+                     "merge across the junction ever wins, so both survive inside one piece")
+    else:
+        (lft, rgt, rank), parts = trace
+        lines.append(
+            f"  BPE: inside one piece the merge {_fmt([lft])} + {_fmt([rgt])} -> "
+            f"{_fmt([lft + rgt])} (rank {rank}) crosses the junction before "
+            f"{_show(an, a)} / {_show(an, b)} are complete; "
+            f"{_fmt([ba + bb])} encodes as {_fmt(parts)}"
+        )
+    return "\n".join(lines)
 
 
 def _merge_trace(ranks: dict[bytes, int], piece: bytes, cut: int):

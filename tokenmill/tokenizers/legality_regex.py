@@ -21,8 +21,8 @@ character is not fully known (a token that starts or ends inside a multi-byte ch
 code point unassigned in Python's Unicode tables) every class it could have is allowed. The
 tests check them against tiktoken itself on real corpora and on adversarial contexts.
 
-Supported regexes: GPT-2 / r50k / p50k (``'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ...``) and
-cl100k_base. Any other ``pat_str`` (e.g. o200k_base) gets the conservative model: every
+Supported regexes (as spelled by tiktoken >= 0.9): GPT-2 / r50k / p50k and cl100k_base. Any
+other ``pat_str`` (o200k_base, or an older spelling) gets the conservative model: every
 junction at a character boundary may be a piece boundary, so only UTF-8 constraints and
 unrealisable tokens produce impossible pairs.
 """
@@ -36,10 +36,14 @@ import numpy as np
 
 # class bits
 S, R, W, L, N, Q, P = 1, 2, 4, 8, 16, 32, 64
+# o200k_base splits letters by case and treats combining marks specially
+U, LW, B, MK = 128, 256, 512, 1024  # Lu/Lt, Ll, Lm/Lo, \p{M}
 WS = S | R | W
 MB = L | N | P | W  # what a multi-byte character can be (never ' ', CR, LF or "'")
+MB_FINE = U | LW | B | MK | N | P | W
 CLASS_NAMES = {S: "space", R: "CR/LF", W: "other white space", L: "letter", N: "number",
-               Q: "apostrophe", P: "punctuation/symbol"}
+               Q: "apostrophe", P: "punctuation/symbol", U: "upper/title-case letter",
+               LW: "lower-case letter", B: "modifier/other letter", MK: "combining mark"}
 
 # Unicode White_Space (what the Rust regex crate used by tiktoken means by \s)
 _WHITE_SPACE = set("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | {
@@ -53,27 +57,71 @@ CL100K_PAT = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
-# older tiktoken spellings of the same regexes (greedy instead of possessive quantifiers)
-_R50K_OLD = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-_CL100K_OLD = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-
 _CONTRACTIONS = ("s", "d", "m", "t", "ll", "ve", "re")
 
 
+O200K_PAT = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+
+
 def model_for_pattern(pat_str: str) -> str:
-    """``"r50k"``, ``"cl100k"`` or ``"generic"`` (conservative) for a tiktoken ``pat_str``."""
-    if pat_str in (R50K_PAT, _R50K_OLD):
+    """``"r50k"``, ``"cl100k"``, ``"o200k"`` or ``"generic"`` (conservative) for a tiktoken
+    ``pat_str``."""
+    if pat_str == R50K_PAT:
         return "r50k"
-    if pat_str in (CL100K_PAT, _CL100K_OLD):
+    if pat_str == CL100K_PAT:
         return "cl100k"
+    if pat_str == O200K_PAT:
+        return "o200k"
     return "generic"
+
+
+_CLASS_CACHE: dict[str, int] = {}
 
 
 def char_class(ch: str) -> int:
     """Class bits of one complete character (several bits when uncertain)."""
+    c = _CLASS_CACHE.get(ch)
+    if c is None:
+        c = _CLASS_CACHE[ch] = _char_class(ch)
+    return c
+
+
+_FINE_CACHE: dict[str, int] = {}
+
+
+def char_class_fine(ch: str) -> int:
+    """Like :func:`char_class` but letters by case (``U``/``LW``/``B``) and marks ``MK``
+    (o200k_base)."""
+    c = _FINE_CACHE.get(ch)
+    if c is None:
+        c = char_class(ch)
+        if c & L or c == P:
+            cat = unicodedata.category(ch)
+            if cat in ("Lu", "Lt"):
+                c = U
+            elif cat == "Ll":
+                c = LW
+            elif cat in ("Lm", "Lo"):
+                c = B
+            elif cat[0] == "M":
+                c = MK
+            elif cat == "Cn":
+                c = U | LW | B | MK | N | P
+        _FINE_CACHE[ch] = c
+    return c
+
+
+def _char_class(ch: str) -> int:
     if ch == " ":
         return S
     if ch in "\r\n":
@@ -93,7 +141,8 @@ def char_class(ch: str) -> int:
 
 
 def _valid_incomplete(p: bytes) -> int:
-    """Continuation bytes still needed if ``p`` is a valid proper prefix of a UTF-8 char, else -1."""
+    """Continuation bytes still needed if ``p`` is a valid proper prefix of a UTF-8 character,
+    else -1."""
     lead = p[0]
     if 0xC2 <= lead <= 0xDF:
         total = 2
@@ -135,15 +184,21 @@ class TokenShape:
     tail_partial: bool
 
 
-def token_shape(b: bytes) -> TokenShape:
-    """Analyse a token's bytes as a substring of valid UTF-8 (see :class:`TokenShape`)."""
+def token_shape(b: bytes, fine: bool = False) -> TokenShape:
+    """Analyse a token's bytes as a substring of valid UTF-8 (see :class:`TokenShape`);
+    ``fine`` classifies letters by case and marks apart (o200k_base)."""
+    cls = char_class_fine if fine else char_class
+    mb = MB_FINE if fine else MB
+    if b.isascii():
+        text = b.decode("ascii")
+        return TokenShape(True, 0, False, 1, tuple(map(cls, text)), text, False)
     m = 0
     while m < len(b) and 0x80 <= b[m] <= 0xBF:
         m += 1
     if m == len(b):
         ok = m <= 3
         needs = sum(1 << k for k in range(0, 4 - m)) if ok else 0
-        return TokenShape(ok, m, True, needs, (MB,), "", False)
+        return TokenShape(ok, m, True, needs, (mb,), "", False)
     valid = m <= 3
     rest = b[m:]
     text, tail_partial, needs = None, False, 1
@@ -167,7 +222,7 @@ def token_shape(b: bytes) -> TokenShape:
             break
     if text is None:
         return TokenShape(False, m, False, 0, (), "", False)
-    classes = ([MB] if m else []) + [char_class(c) for c in text] + ([MB] if tail_partial else [])
+    classes = ([mb] if m else []) + [cls(c) for c in text] + ([mb] if tail_partial else [])
     return TokenShape(valid, m, False, needs, tuple(classes), text, tail_partial)
 
 
@@ -200,7 +255,7 @@ def left_signature(shape: TokenShape, model: str) -> tuple:
     single = len(cl) == 1
     space1 = text_exact == " "
     ndig = min(len(cl), 4) if all(c & N for c in cl) else 0
-    if model == "cl100k":
+    if model in ("cl100k", "o200k"):
         contr = shape.lead_cont > 0 or (
             text_exact is not None and _fold(text_exact) in _CONTR_END
         )
@@ -219,7 +274,7 @@ def right_signature(shape: TokenShape, model: str) -> tuple:
     cl = shape.classes
     first = cl[0]
     allws = all(c & WS for c in cl)
-    ws1_nonws = bool(first & WS) and (len(cl) == 1 or bool(cl[1] & ~WS & 0x7F))
+    ws1_nonws = bool(first & WS) and (len(cl) == 1 or bool(cl[1] & ~WS))
     single = len(cl) == 1
     ndig = min(len(cl), 4) if all(c & N for c in cl) else 0
     text_exact = shape.text if not shape.tail_partial else None
@@ -228,7 +283,7 @@ def right_signature(shape: TokenShape, model: str) -> tuple:
 
 
 def _bits(mask: int) -> list[int]:
-    return [1 << k for k in range(7) if mask >> k & 1]
+    return [1 << k for k in range(11) if mask >> k & 1]
 
 
 def _rules_r50k(A: tuple, B: tuple, c1: int, c2: int) -> tuple[bool, bool, str]:
@@ -238,8 +293,8 @@ def _rules_r50k(A: tuple, B: tuple, c1: int, c2: int) -> tuple[bool, bool, str]:
     # piece boundary?
     if c1 == L:
         cross = c2 != L or contr
-        why = (f"' ?\\p{{L}}++' runs on through letters; only a contraction piece ('s 'll ...) "
-               f"ends before a letter") if c2 == L else f"a letter run ends at a {n2}"
+        why = ("' ?\\p{L}++' runs on through letters; only a contraction piece ('s 'll ...) "
+               "ends before a letter") if c2 == L else f"a letter run ends at a {n2}"
     elif c1 == N:
         cross, why = c2 != N, "' ?\\p{N}++' never stops inside a run of numbers"
     elif c1 in (P, Q):
@@ -320,6 +375,63 @@ def _rules_cl100k(A: tuple, B: tuple, c1: int, c2: int) -> tuple[bool, bool, str
     return cross, within, why
 
 
+def _rules_o200k(A: tuple, B_: tuple, c1: int, c2: int) -> tuple[bool, bool, str]:
+    _, _, _, allws, allsw, single, space1, ndig, contr, _ = A
+    _, _, ballws, ws1_nonws, _, bndig, _ = B_
+    n1, n2 = CLASS_NAMES[c1], CLASS_NAMES[c2]
+    if c1 == MK or c2 == MK:
+        return True, True, "combining marks join letters and punctuation alike (conservative)"
+    l1, l2 = c1 in (U, LW, B), c2 in (U, LW, B)
+    if l1 and l2:
+        cross = contr or (c1 in (LW, B) and c2 == U)
+        why = ("a letter run splits only where a lower-case or other letter meets an upper-case "
+               "one, or after a contraction ('s 'LL ...)")
+    elif l1:
+        cross, why = True, f"a letter piece ends at a {n2}"
+    elif c1 == N:
+        if c2 == N:
+            cross = 1 <= ndig <= 3 and 1 <= bndig <= 3
+            why = "'\\p{N}{1,3}' pieces are 1-3 numbers; both tokens must be all numbers"
+        else:
+            cross, why = ndig >= 1, "a number piece holds numbers only"
+    elif c1 in (P, Q):
+        cross = c2 not in (P, Q, R)
+        why = "' ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*' takes all following punctuation and CR/LF"
+    elif c1 == R:
+        cross = c2 != R
+        why = "CR/LF runs end a piece only after the last CR/LF"
+    elif l2:
+        cross, why = False, f"'[^\\r\\n\\p{{L}}\\p{{N}}]?' joins a {n1} to the letters"
+    elif c2 == N:
+        cross, why = single, f"'\\s+' makes a lone {n1} a piece before a number"
+    elif c2 in (P, Q):
+        if c1 == S:
+            cross, why = False, "' ?[^\\s\\p{L}\\p{N}]+' joins a space to the punctuation"
+        else:
+            cross, why = single, f"'\\s+' makes a lone {n1} a piece before punctuation"
+    elif c2 == R:
+        cross, why = False, "'\\s*[\\r\\n]+' takes white space up to the last CR/LF"
+    else:
+        cross = allsw and ws1_nonws
+        why = ("'\\s+(?!\\S)' splits a white-space run (after its last CR/LF) only before its "
+               "last character")
+    if l1 and l2 or l1 and c2 == Q or c1 == Q and l2 or c1 in (P, Q) and c2 in (P, Q):
+        within = True
+    elif l2:
+        within = single and c1 in (S, W, P)
+    elif c1 == N and c2 == N:
+        within = ndig >= 1 and bndig >= 1 and ndig + bndig <= 3
+    elif c1 == S and c2 in (P, Q):
+        within = space1
+    elif c1 in (P, Q) and c2 == R or c1 == R and c2 in (P, Q):
+        within = True
+    elif c1 & WS and c2 & WS:
+        within = (c1 == R and c2 == R) or (allws and ballws)
+    else:
+        within = False
+    return cross, within, why
+
+
 def pair_rule(A: tuple, B: tuple, model: str) -> tuple[bool, bool, str]:
     """``(cross, within, reason)`` for a left signature ``A`` and a right signature ``B``.
 
@@ -345,14 +457,15 @@ def pair_rule(A: tuple, B: tuple, model: str) -> tuple[bool, bool, str]:
                               "next token does not continue it")
     if model == "generic":
         return True, True, "no regex model for this pre-tokenizer (conservative)"
-    rules = _rules_r50k if model == "r50k" else _rules_cl100k
+    rules = {"r50k": _rules_r50k, "cl100k": _rules_cl100k, "o200k": _rules_o200k}[model]
     cross = within = False
     why_c, why_w = "", ""
     for c1 in _bits(A[2]):
         for c2 in _bits(B[1]):
             c, w, why = rules(A, B, c1, c2)
             if c and not cross:
-                cross, why_c = True, f"{CLASS_NAMES[c1]} | {CLASS_NAMES[c2]} may be a piece boundary"
+                why_c = f"{CLASS_NAMES[c1]} | {CLASS_NAMES[c2]} may be a piece boundary"
+                cross = True
             if w and not within:
                 within = True
                 why_w = f"{CLASS_NAMES[c1]} + {CLASS_NAMES[c2]} may share one piece"
@@ -385,7 +498,7 @@ def signature_tables(
         if b is None:
             ls, rs = ("invalid",), ("invalid",)
         else:
-            sh = token_shape(b)
+            sh = token_shape(b, fine=model == "o200k")
             ls, rs = left_signature(sh, model), right_signature(sh, model)
         lsig[i] = lidx.setdefault(ls, len(lidx))
         rsig[i] = ridx.setdefault(rs, len(ridx))

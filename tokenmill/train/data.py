@@ -17,6 +17,8 @@ API (for trainers)
 ...     batch["step"]        # int, the global step of this batch
 ...     state = loader.state_dict()   # JSON-serializable; resume with
 ...                                   # MixLoader(..., state=state) or load_state_dict(state)
+>>> loader.summary()   # per source: rows, share, tokens read, epochs (simulated, no copies)
+...                    # doctest: +SKIP
 
 ``len(loader)`` / ``loader.num_steps`` is the number of steps the manifest's token budget
 gives: a step reads ``batch_size * (seq_len + 1)`` tokens, so ``num_steps = total_tokens

@@ -122,7 +122,7 @@ class CausalSelfAttention(nn.Module):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_head, self.head_dim).unbind(2)
         q, k = rms_norm(q), rms_norm(k)
-        q, k = self.rotary(q), self.rotary(k)
+        q, k = self.rotary(q).to(v.dtype), self.rotary(k).to(v.dtype)  # autocast: norm is fp32
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         if attn_mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -274,15 +274,16 @@ class GPT(nn.Module):
         if self.cfg.logit_softcap > 0:
             c = self.cfg.logit_softcap
             logits = c * torch.tanh(logits / c)
-        logits = logits.view(b * t, -1)[:, : self.cfg.vocab_size]
+        logits = logits.view(b * t, -1)
         if targets is None:
-            return logits.view(b, t, -1)
+            return logits[:, : self.cfg.vocab_size].view(b, t, -1)
         kw = {}
         if aux_targets is not None and aux_weight:
             kw.update(aux_targets=aux_targets.reshape(-1), aux_weight=float(aux_weight))
         if mask_bits is not None:
             kw.update(prev_ids=idx.reshape(-1), mask_bits=mask_bits)
-        return fused_cross_entropy(logits, targets.reshape(-1), reduction=reduction, **kw)
+        return fused_cross_entropy(logits, targets.reshape(-1), reduction=reduction,
+                                   vocab_size=self.cfg.vocab_size, **kw)
 
     def configure_optimizer(
         self, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95)

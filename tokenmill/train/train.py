@@ -18,7 +18,28 @@ One loop for a CPU smoke run and for ``torchrun`` data parallel on GPUs:
   loss history; a resumed run reproduces the uninterrupted losses bit for bit on CPU;
 * a tqdm bar with tokens/s and the predictor's lag, a ``metrics.json`` and a ``loss.png``.
 
-The config is YAML or JSON with the fields of :class:`TrainConfig`.
+The config is YAML or JSON with the fields of :class:`TrainConfig`; paths are relative to
+the config file. A CPU smoke run on the quickstart output::
+
+    # train-tiny.yaml
+    data: out/quickstart            # curation manifest folder, or a `tokenmill mix` manifest
+    out_dir: runs/tiny
+    model: tiny                     # tiny | small | gpt2-small (GPTConfig.preset)
+    seq_len: 128
+    batch_size: 8
+    steps: 300
+    lr: 5.0e-3
+    prefix_aux_weight: 0.3          # optional: prefix auxiliary loss
+    lem: true                       # optional: LEM side input (LEMStream process)
+    legality: gpt2.legality         # optional: masked validation loss
+
+    tokenmill train train-tiny.yaml                 # one process
+    tokenmill train train-tiny.yaml --resume        # continue from the latest checkpoint
+    torchrun --nproc-per-node 8 -m tokenmill.cli train gpt2.yaml   # data parallel
+
+``batch_size`` is per rank and micro-step; a step is ``batch_size * grad_accum * world``
+sequences. The logged train loss includes the prefix auxiliary term when it is on;
+validation losses are plain next-token losses (nats/token).
 """
 
 from __future__ import annotations
@@ -39,7 +60,7 @@ import torch
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text
 from tokenmill.manifests.schema import load_manifest
 from tokenmill.pipeline.shards import read_tokens
-from tokenmill.train.kernels import masked_target_count
+from tokenmill.train.kernels import fused_cross_entropy, masked_target_count
 from tokenmill.train.model import GPT, GPTConfig
 
 # ----------------------------------------------------------------------------------------------
@@ -99,14 +120,14 @@ class TrainConfig:
             raw = yaml.safe_load(text) or {}
         else:
             raw = json.loads(text)
-        raw.update({k: v for k, v in overrides.items() if v is not None})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"{p}: unknown train config keys {unknown}")
         for key in ("data", "out_dir", "legality"):
-            if raw.get(key) and not Path(raw[key]).is_absolute() and key not in overrides:
+            if raw.get(key) and not Path(raw[key]).is_absolute():
                 raw[key] = str((p.parent / raw[key]).resolve())
+        raw.update({k: v for k, v in overrides.items() if v is not None})  # CLI: cwd-relative
         return cls(**raw)
 
     def validate(self) -> None:
@@ -348,7 +369,7 @@ def load_mask_bits(path: str, n_vocab: int, encoding_name: str | None = None) ->
         from tokenmill.tokenizers.legality import LegalityTable
 
         bits = LegalityTable.load(p, encoding=encoding_name).packed
-    bits = np.ascontiguousarray(bits, dtype=np.uint8)
+    bits = np.array(bits, dtype=np.uint8, order="C")  # a writable in-memory copy
     need = (n_vocab + 7) // 8
     if bits.ndim != 2 or bits.shape[0] < n_vocab or bits.shape[1] < need:
         raise ValueError(
@@ -501,10 +522,13 @@ def evaluate(
             kw = dict(lem_len=torch.as_tensor(lem[0][i : i + batch_size]).to(device),
                       lem_cand=torch.as_tensor(lem[1][i : i + batch_size]).to(device))
         with autocast():
-            tot += float(model(x, y, reduction="sum", **kw))
+            logits = model(x, **kw).reshape(-1, model.cfg.vocab_size)  # one forward for both
+            tgt, prev = y.reshape(-1), x.reshape(-1)
+            tot += float(fused_cross_entropy(logits, tgt, reduction="sum"))
             if mask_bits is not None:
-                tot_m += float(model(x, y, reduction="sum", mask_bits=mask_bits, **kw))
-                bad += masked_target_count(y.reshape(-1), x.reshape(-1), mask_bits)
+                tot_m += float(fused_cross_entropy(logits, tgt, prev_ids=prev,
+                                                   mask_bits=mask_bits, reduction="sum"))
+                bad += masked_target_count(tgt, prev, mask_bits)
         n += y.numel()
     model.train(was)
     out = {"val_loss": tot / n}

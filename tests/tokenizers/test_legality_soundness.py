@@ -1,0 +1,98 @@
+"""Soundness of the legality tables against tiktoken itself: every adjacent pair of every real
+corpus is possible, and sampled impossible pairs never appear in adversarial contexts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.tokenizers.legality_adversarial import adversarial_violations, sample_impossible
+from tokenmill.tokenizers import get_encoding
+
+
+def _corpus_violations(table, pairs, docs):
+    prev, nxt, owner = pairs
+    ok = table.possible_pairs(prev, nxt)
+    bad = np.flatnonzero(~ok)
+    return [(int(prev[i]), int(nxt[i]), docs[owner[i]][0]) for i in bad[:20]], len(prev)
+
+
+def test_gpt2_every_corpus_pair_is_possible(gpt2_table, gpt2_corpus_pairs, corpus_docs):
+    bad, n = _corpus_violations(gpt2_table, gpt2_corpus_pairs, corpus_docs)
+    assert n > 10_000_000
+    assert bad == [], [gpt2_table.explain(a, b) + f" in {key}" for a, b, key in bad]
+
+
+def test_cl100k_every_corpus_pair_is_possible(cl100k_table, cl100k_corpus_pairs, corpus_docs):
+    bad, n = _corpus_violations(cl100k_table, cl100k_corpus_pairs, corpus_docs)
+    assert n > 10_000_000
+    assert bad == [], [cl100k_table.explain(a, b) + f" in {key}" for a, b, key in bad]
+
+
+def _adversarial(table, name, rows=None):
+    enc = get_encoding(name)
+    rng = np.random.default_rng(11)
+    pairs = np.unique(sample_impossible(table, 140_000, rng, rows=rows), axis=0)
+    violations, n_texts, unreal = adversarial_violations(enc, table, pairs, rng,
+                                                         contexts_per_pair=8)
+    tested = n_texts // 9  # each tested pair: the bare junction + 8 contexts
+    print(f"{name}: {len(pairs):,} impossible pairs, {unreal:,} not realisable in valid UTF-8 "
+          f"(trivially impossible), {tested:,} tested in {n_texts:,} texts")
+    assert tested >= 100_000
+    assert violations == [], [(table.explain(a, b), t) for a, b, t in violations[:10]]
+
+
+def test_gpt2_adversarial_contexts(gpt2_table):
+    _adversarial(gpt2_table, "gpt2")
+
+
+def test_cl100k_adversarial_contexts(cl100k_table):
+    _adversarial(cl100k_table, "cl100k_base", rows=cl100k_table.rows)
+
+
+def test_adversarial_detector_catches_possible_pairs(gpt2_table):
+    """The detector itself works: pairs that are possible are found in some context."""
+    enc = get_encoding("gpt2")
+    r = enc._mergeable_ranks
+    pairs = np.array([[r[b"Hyper"], r[b"param"]], [r[b" the"], r[b" cat"]],
+                      [r[b"\n"], r[b"\n"]], [r[b"\xe2\x80"], r[b"\x9c"]]])
+    violations, _, unreal = adversarial_violations(enc, gpt2_table, pairs,
+                                                   np.random.default_rng(0))
+    assert unreal == 0
+    assert {(a, b) for a, b, _ in violations} == {tuple(p) for p in pairs.tolist()}
+
+
+# characters and pieces where the two regexes branch: contraction letters in both cases, long
+# s, digits (ASCII and not), apostrophes, every kind of white space, combining marks, title
+# case, emoji, and a special token's text (ordinary text for encode_ordinary)
+_FUZZ_ALPHABET = list("aAbsSdDmtTlLvVerRExyz019'’.,;!?-/()\"") + [
+    " ", " ", "  ", "\n", "\r\n", "\r", "\t", "\xa0", "\u3000", "\u2009", "\x85", "\x0b", "é",
+    "É", "ſ", "ß", "中", "文", "ا", "١", "٣", "²", "Ⅻ", "ǅ", "ʰ", "\u0301", "🙂", "€", "—",
+    "…", "'s", "'ll", "'re", "'ve", "n't", "123", "4567", "<|endoftext|>"]
+
+
+def _fuzz_pairs(name: str, n: int = 50_000):
+    enc = get_encoding(name)
+    rng = np.random.default_rng(5)
+    pieces = np.array(_FUZZ_ALPHABET, dtype=object)
+    encode = enc._core_bpe.encode_ordinary
+    prev, nxt = [], []
+    for _ in range(n):
+        ids = encode("".join(rng.choice(pieces, size=rng.integers(1, 14))))
+        prev.extend(ids[:-1])
+        nxt.extend(ids[1:])
+    return np.asarray(prev, np.int64), np.asarray(nxt, np.int64)
+
+
+def test_fuzzed_texts_gpt2(gpt2_table):
+    prev, nxt = _fuzz_pairs("gpt2")
+    bad = np.flatnonzero(~gpt2_table.possible_pairs(prev, nxt))
+    assert len(bad) == 0, [gpt2_table.explain(int(prev[i]), int(nxt[i])) for i in bad[:10]]
+
+
+def test_fuzzed_texts_cl100k():
+    from tokenmill.tokenizers.legality import LegalityTable
+
+    prev, nxt = _fuzz_pairs("cl100k_base")
+    table = LegalityTable.build("cl100k_base", rows=np.unique(prev))
+    bad = np.flatnonzero(~table.possible_pairs(prev, nxt))
+    assert len(bad) == 0, [table.explain(int(prev[i]), int(nxt[i])) for i in bad[:10]]
