@@ -4,6 +4,7 @@ corpus is possible, and sampled impossible pairs never appear in adversarial con
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.tokenizers.legality_adversarial import adversarial_violations, sample_impossible
 from tokenmill.tokenizers import get_encoding
@@ -61,13 +62,15 @@ def test_adversarial_detector_catches_possible_pairs(gpt2_table):
     assert {(a, b) for a, b, _ in violations} == {tuple(p) for p in pairs.tolist()}
 
 
-# characters and pieces where the two regexes branch: contraction letters in both cases, long
-# s, digits (ASCII and not), apostrophes, every kind of white space, combining marks, title
-# case, emoji, and a special token's text (ordinary text for encode_ordinary)
-_FUZZ_ALPHABET = list("aAbsSdDmtTlLvVerRExyz019'’.,;!?-/()\"") + [
+# characters and pieces where the regexes branch: contraction letters in both cases, long s,
+# digits (ASCII and not), apostrophes, every kind of white space, combining marks, title case,
+# case changes inside words (o200k), '/' after newlines (o200k), emoji, and a special token's
+# text (ordinary text for encode_ordinary)
+_FUZZ_ALPHABET = list("aAbBsSdDmMtTlLvVeErRxXyz019'’.,;:!?-/*()\"") + [
     " ", " ", "  ", "\n", "\r\n", "\r", "\t", "\xa0", "\u3000", "\u2009", "\x85", "\x0b", "é",
-    "É", "ſ", "ß", "中", "文", "ا", "١", "٣", "²", "Ⅻ", "ǅ", "ʰ", "\u0301", "🙂", "€", "—",
-    "…", "'s", "'ll", "'re", "'ve", "n't", "123", "4567", "<|endoftext|>"]
+    "É", "ſ", "ß", "中", "文", "ا", "١", "٣", "²", "Ⅻ", "ǅ", "ʰ", "\u0301", "\u0915", "\u093f",
+    "\u094d", "🙂", "€", "—", "…", "'s", "'S", "'ll", "'LL", "'re", "'ve", "n't", "N'T", "123",
+    "4567", "\n/", "/*", "*/", "Hello", "WORLD", "camelCase", "ÀÉ", "ﬁ", "İ", "<|endoftext|>"]
 
 
 def _fuzz_pairs(name: str, n: int = 50_000):
@@ -89,10 +92,18 @@ def test_fuzzed_texts_gpt2(gpt2_table):
     assert len(bad) == 0, [gpt2_table.explain(int(prev[i]), int(nxt[i])) for i in bad[:10]]
 
 
-def test_fuzzed_texts_cl100k():
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_fuzzed_texts(name):
     from tokenmill.tokenizers.legality import LegalityTable
 
-    prev, nxt = _fuzz_pairs("cl100k_base")
-    table = LegalityTable.build("cl100k_base", rows=np.unique(prev))
+    prev, nxt = _fuzz_pairs(name)
+    table = LegalityTable.build(name, rows=np.unique(prev))
+    assert table.meta["model"] == name.split("_")[0]
     bad = np.flatnonzero(~table.possible_pairs(prev, nxt))
     assert len(bad) == 0, [table.explain(int(prev[i]), int(nxt[i])) for i in bad[:10]]
+    if name == "o200k_base":  # o200k_base adversarial contexts on the fuzz rows (bonus)
+        rng = np.random.default_rng(12)
+        pairs = np.unique(sample_impossible(table, 30_000, rng, rows=table.rows), axis=0)
+        violations, n_texts, _ = adversarial_violations(get_encoding(name), table, pairs, rng)
+        assert n_texts > 150_000
+        assert violations == [], [(table.explain(a, b), t) for a, b, t in violations[:10]]

@@ -44,6 +44,7 @@ class SourceCounts(_Model):
         default_factory=dict, description="per-document license -> documents rejected"
     )
     exact_duplicates: int = 0
+    near_duplicates: int = 0
     filtered: dict[str, int] = Field(default_factory=dict, description="filter reason -> docs")
     kept: int = 0
 
@@ -52,6 +53,7 @@ class SourceCounts(_Model):
             sum(self.quarantined.values())
             + sum(self.license_rejected.values())
             + self.exact_duplicates
+            + self.near_duplicates
             + sum(self.filtered.values())
         )
 
@@ -91,6 +93,9 @@ class DatamixManifest(_Model):
     tokenizer: TokenizerIdentity
     sources: list[SourceEntry]
     quarantine: list[QuarantineEntry]
+    fuzzy_dedup: dict[str, Any] | None = Field(
+        default=None, description="MinHash-LSH parameters (num_perm, bands, rows, threshold, "
+        "ngram, seed, hash) and counters, when fuzzy dedup ran")
 
     def shards(self, split: str | None = None) -> list[ShardEntry]:
         return [s for src in self.sources for s in src.shards if split in (None, s.split)]

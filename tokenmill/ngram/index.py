@@ -95,6 +95,19 @@ def _range(tokens, sa, lo, hi, q, q0, qlen):
 
 
 @nb.njit(cache=True)
+def _exists(tokens, sa, lo, hi, q, q0, qlen):
+    """Whether some suffix in sa[lo:hi] starts with q[q0:q0+qlen] (one binary search)."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) >> 1
+        if _cmp(tokens, np.int64(sa[mid]), q, q0, qlen) < 0:
+            a = mid + 1
+        else:
+            b = mid
+    return a < hi and _cmp(tokens, np.int64(sa[a]), q, q0, qlen) == 0
+
+
+@nb.njit(cache=True)
 def _count_one(tokens, sa, parts, q, q0, qlen, eot):
     for k in range(1, qlen):
         if q[q0 + k] == eot:
@@ -235,21 +248,37 @@ def _longest_one(tokens, sa, parts, q, q0, qlen, eot, max_len):
     if max_len > 0 and hi > max_len:
         hi = max_len
     lo = 0
-    best_cnt = np.int64(0)
-    for p in range(parts.size - 1):
-        best_cnt += parts[p + 1] - parts[p] - 1
-    while lo < hi:  # largest L in [0, hi] with count > 0 (count is monotone in L)
+    while lo < hi:  # largest L in [0, hi] that occurs (occurrence is monotone in L)
         mid = (lo + hi + 1) >> 1
-        c = np.int64(0)
+        found = False
         for p in range(parts.size - 1):
-            a, b = _range(tokens, sa, parts[p], parts[p + 1], q, end - mid, mid)
-            c += b - a
-        if c > 0:
+            if _exists(tokens, sa, parts[p], parts[p + 1], q, end - mid, mid):
+                found = True
+                break
+        if found:
             lo = mid
-            best_cnt = c
         else:
             hi = mid - 1
+    best_cnt = np.int64(0)
+    for p in range(parts.size - 1):
+        if lo == 0:
+            best_cnt += parts[p + 1] - parts[p] - 1
+        else:
+            a, b = _range(tokens, sa, parts[p], parts[p + 1], q, end - lo, lo)
+            best_cnt += b - a
     return lo, best_cnt
+
+
+@nb.njit(cache=True)
+def _longest_single(tokens, sa, parts, q, eot, sentinel, n_vocab, k, max_len):
+    """Serial (no thread-pool wake-up) single ∞-gram query; returns like _longest_batch."""
+    out_t = np.full(k, -1, np.int64)
+    out_c = np.zeros(k, np.int64)
+    L, c = _longest_one(tokens, sa, parts, q, 0, q.size, eot, max_len)
+    if k > 0:
+        rt, rc = _next_dist(tokens, sa, parts, q, q.size - L, L, eot, sentinel, n_vocab)
+        _topk(rt, rc, k, out_t, out_c)
+    return L, c, out_t, out_c
 
 
 @nb.njit(cache=True, parallel=True)
@@ -541,8 +570,11 @@ class SuffixArrayIndex:
         """∞-gram query: the longest suffix of ``context`` (containing EOT at most as its
         first token, so it stays inside one document) that occurs in the index, its count
         and its top-k next tokens. ``max_len > 0`` caps the suffix length."""
-        lens, cnts, t, c = self.longest_match_batch([context], k, max_len)
-        return LongestMatch(int(lens[0]), int(cnts[0]), t[0], c[0])
+        q = np.asarray(context, dtype=np.int64)
+        self._check(q)
+        L, c, t, n = _longest_single(self.tokens, self.sa, self.parts, q, self.eot,
+                                     self.sentinel, self.n_vocab, k, max_len)
+        return LongestMatch(int(L), int(c), t, n)
 
     def longest_match_batch(self, contexts: Sequence[Sequence[int]] | np.ndarray, k: int = 8,
                             max_len: int = 0):

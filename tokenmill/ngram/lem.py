@@ -41,8 +41,9 @@ tokens before it. So after inserting position ``p`` the visible history is
 earlier occurrence must lie entirely inside it (``p = i`` in position mode, ``p = P - 1``
 in step mode). Memory: a transition hash table of ``2**ceil(log2(4 W))`` 16-byte slots
 allocated up front (3 W edges at most, load <= 3/4; 256 MB for the default W = 4 M),
-plus states of ``16 + 4 k`` bytes grown on demand up to ``2 W`` (real text needs ~ 1.3
-per token: ~ 170 MB at W = 4 M, k = 4), plus the token history (4 B per token).
+plus states of ``16 + 4 k`` bytes (one interleaved row each) grown on demand up to
+``2 W`` (real text needs ~ 1.3 per token: ~ 170 MB at W = 4 M, k = 4), plus the token
+history (4 B per token).
 ``window=0`` never evicts (memory then grows with the stream). Each token is inserted at
 most twice (live and in one rebuild).
 
@@ -328,8 +329,7 @@ class OnlineLEM:
         self.half = window // 2
         self.meta = np.zeros(9, np.int64)
         self.meta[_DOC] = 0
-        self._st = np.zeros((0, 4), np.int32)
-        self._recent = np.zeros((0, self.k), np.int32)
+        self._st = np.zeros((0, 4 + self.k), np.int32)
         self._grow_states(1 << 16)
         # windowed: the transition table is allocated once at its bound (3 W edges at load
         # <= 3/4), as rehashing while the automaton grows costs more than it saves
@@ -339,15 +339,16 @@ class OnlineLEM:
 
     # -- storage: grown on demand (by doubling), never beyond what the window needs
     def _grow_states(self, cap: int) -> None:
-        # interleaved: a state's (len, link, head) share 16 bytes, one cache line per state
+        # interleaved rows (len, link, head, pad, recent[0..k)): one state is one cache
+        # line or less, for the automaton walk and the recent-occurrence pushes alike
         n = self._st.shape[0]
-        st = np.zeros((cap, 4), np.int32)
+        st = np.zeros((cap, 4 + self.k), np.int32)
         st[:n] = self._st
         st[n:, 2] = -1
-        recent = np.full((cap, self.k), -1, np.int32)
-        recent[:n] = self._recent
-        self._st, self._recent = st, recent
+        st[n:, 4:] = -1
+        self._st = st
         self._slen, self._link, self._head = st[:, 0], st[:, 1], st[:, 2]
+        self._recent = st[:, 4:]
 
     def _grow_table(self, bits: int) -> None:
         # interleaved: a slot's (key int64, target int32, next edge int32) share 16 bytes

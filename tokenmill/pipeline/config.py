@@ -73,7 +73,11 @@ class SourceConfig(_Model):
         "named like cc_re__cc_re__cc_by_sa_3_0 (the source license must then be 'other' "
         "or a per-document marker)",
     )
-    max_documents: int | None = Field(default=None, description="read at most this many")
+    max_documents: int | None = Field(default=None, description="read at most this many "
+                                      "rows per data file")
+    quality_filters: bool = Field(
+        default=True, description="apply the datamix's quality filters and language "
+        "filter to this source (false: language is still labelled, nothing removed)")
 
     @model_validator(mode="after")
     def _one_origin(self) -> SourceConfig:
@@ -94,6 +98,33 @@ class FilterConfig(_Model):
     max_chars: int = 5_000_000
     min_words: int = 1
     max_words: int = 1_000_000
+
+
+class QualityConfig(_Model):
+    """Quality filters (tokenmill.pipeline.quality); each key present turns that filter on,
+    its mapping overrides the published default thresholds."""
+
+    gopher_quality: dict[str, Any] | None = None
+    gopher_repetition: dict[str, Any] | None = None
+    c4: dict[str, Any] | None = None
+    fineweb: dict[str, Any] | None = None
+
+
+class LanguageConfig(_Model):
+    """Language identification (tokenmill.pipeline.langid, model shipped in the package)."""
+
+    languages: list[str] | None = Field(default=None, description="allowed; None: label only")
+    min_score: float = 0.65
+    backend: str = "fasttext"
+
+
+class FuzzyDedupConfig(_Model):
+    """MinHash-LSH near-duplicate removal (tokenmill.pipeline.minhash)."""
+
+    threshold: float = 0.8
+    ngram: int = 5
+    num_perm: int = 128
+    seed: int = 1
 
 
 class ShardConfig(_Model):
@@ -118,6 +149,9 @@ class DatamixConfig(_Model):
     licenses: LicenseConfig = Field(default_factory=LicenseConfig)
     sources: list[SourceConfig]
     filters: FilterConfig = Field(default_factory=FilterConfig)
+    quality: QualityConfig | None = None
+    language: LanguageConfig | None = None
+    fuzzy_dedup: FuzzyDedupConfig | None = None
     shards: ShardConfig = Field(default_factory=ShardConfig)
     max_document_bytes: int = Field(
         default=10_000_000, description="a row larger than this (UTF-8 bytes) is quarantined"

@@ -8,9 +8,11 @@ Order of work for ``tokenmill run``:
 2. ``prepare`` tasks, one per unit (a data file, or up to ``files_per_block`` small
    files): read → per-document license gate → normalize, committed in blocks of
    ``block_documents`` rows (the granularity of resume);
-3. exact dedup on the driver: documents in (source order, unit order, row order); the
-   first occurrence of a normalized text wins (16 bytes + key per document held);
-4. ``tokenize`` tasks, one per block: drop duplicates → length filters → tokenize;
+   → length filters → quality filters → language id, plus per-document exact-dedup hash
+   and MinHash signature;
+3. dedup on the driver: exact (first occurrence in source, unit, row order wins) then
+   MinHash-LSH fuzzy over the exact-unique documents (lowest key of a cluster kept);
+4. ``tokenize`` tasks, one per block: drop duplicates → tokenize;
 5. ``write`` tasks, one per source: shards, sidecars, quarantine;
 6. the manifest, written last and atomically.
 
@@ -175,6 +177,11 @@ def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
             "document_license": sc.document_license,
             "deny_terms": sorted(cfg.licenses.document_deny_terms),
             "block_documents": cfg.block_documents,
+            "filters": cfg.filters.model_dump(),
+            "quality": cfg.quality.model_dump() if cfg.quality else None,
+            "apply_quality": sc.quality_filters,
+            "language": cfg.language.model_dump() if cfg.language else None,
+            "fuzzy": cfg.fuzzy_dedup.model_dump() if cfg.fuzzy_dedup else None,
         }
         u.digest = content_hash("prepare", params, [_file_stat(u.source.root, f) for f in u.files])
         prepare_specs.append(params | {
@@ -184,31 +191,19 @@ def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
     blocks = [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"])
               for u, bl in zip(plan, per_unit, strict=True) for b in bl]
 
-    # Exact dedup on the driver: first occurrence in (source, unit, row) order wins.
-    first: dict[bytes, str] = {}
-    dups_by_block: list[dict[str, str]] = []
-    for b in tqdm(blocks, desc="exact dedup", unit="block", disable=not progress):
-        keys, hashes = units.read_dedup_keys(str(work), b.prepare_digest)
-        d = {}
-        for k, h in zip(keys, hashes, strict=True):
-            kept = first.setdefault(h, k)
-            if kept != k:
-                d[k] = kept
-        dups_by_block.append(d)
-    del first
+    dups_by_block, fuzzy = _deduplicate(cfg, blocks, work, progress)
 
-    filters = cfg.filters.model_dump()
     tokenize_specs = []
     for b, dups in zip(blocks, dups_by_block, strict=True):
-        params = {"v": TOKENIZE_VERSION, "filters": filters, "tokenizer": tok.model_dump(),
+        params = {"v": TOKENIZE_VERSION, "tokenizer": tok.model_dump(),
                   "val_fraction": cfg.shards.val_fraction}
         b.tokenize_digest = content_hash("tokenize", params, b.prepare_digest,
                                          sorted(dups.items()))
         tokenize_specs.append({
             "work": str(work), "digest": b.tokenize_digest, "prepare_digest": b.prepare_digest,
-            "source": b.source.name, "duplicates": dups, "filters": filters,
+            "source": b.source.name, "duplicates": dups,
             "tokenizer": cfg.tokenizer, "val_fraction": cfg.shards.val_fraction})
-    infos = _run_tasks(units.tokenize_unit, tokenize_specs, "filter+tokenize", progress)
+    infos = _run_tasks(units.tokenize_unit, tokenize_specs, "tokenize", progress)
     for b, info in zip(blocks, infos, strict=True):
         b.tokenize_info = info
 
@@ -221,14 +216,69 @@ def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
             "tokens_per_shard": cfg.shards.tokens_per_shard, "shard_version": shard_version})
     written = _run_tasks(units.write_source, write_specs, "write shards", progress)
 
-    manifest = _manifest(cfg, tok, sources, blocks, written)
+    manifest = _manifest(cfg, tok, sources, blocks, written, fuzzy)
     path = manifest.write(out_dir)
     reused = sum(1 for b in blocks if b.prepare_info.get("reused") and
                  b.tokenize_info.get("reused"))
     return RunResult(path, manifest, time.perf_counter() - t0, reused, len(blocks))
 
 
-def _manifest(cfg, tok, sources, blocks, written) -> DatamixManifest:
+def _deduplicate(cfg, blocks, work, progress) -> tuple[list[dict[str, list]], dict | None]:
+    """Global dedup on the driver. Exact: the first occurrence in (source, unit, row) order
+    of a normalized text wins (holds 16 bytes + key per document). Fuzzy (when configured):
+    MinHash-LSH over the exact-unique documents' signatures, computed per block by the
+    workers (holds num_perm * 4 bytes + key per document); the lowest key of a cluster is
+    kept. Returns per block {removed key: [kept key, stage, detail]} and the fuzzy record.
+    """
+    first: dict[bytes, str] = {}
+    dups: list[dict[str, list]] = []
+    for b in tqdm(blocks, desc="exact dedup", unit="block", disable=not progress):
+        keys, hashes = units.read_dedup_keys(str(work), b.prepare_digest)
+        d = {}
+        for k, h in zip(keys, hashes, strict=True):
+            kept = first.setdefault(h, k)
+            if kept != k:
+                d[k] = [kept, "exact_dedup", None]
+        dups.append(d)
+    del first
+    if cfg.fuzzy_dedup is None:
+        return dups, None
+    from tokenmill.pipeline.minhash import fuzzy_dedup_signatures
+
+    f = cfg.fuzzy_dedup
+    keys_all, sigs, counts, owner = [], [], [], {}
+    for i, b in enumerate(tqdm(blocks, desc="fuzzy dedup", unit="block",
+                               disable=not progress)):
+        keys, _ = units.read_dedup_keys(str(work), b.prepare_digest)
+        sig, nsh = units.read_signatures(str(work), b.prepare_digest, f.num_perm)
+        keep = [j for j, k in enumerate(keys) if k not in dups[i]]
+        keys_all += [keys[j] for j in keep]
+        sigs.append(sig[keep])
+        counts.append(nsh[keep])
+        owner.update({keys[j]: i for j in keep})
+    import numpy as np
+
+    sig = np.concatenate(sigs) if sigs else np.empty((0, f.num_perm), np.uint32)
+    nsh = np.concatenate(counts) if counts else np.empty(0, np.int64)
+    res = fuzzy_dedup_signatures(keys_all, sig, nsh, threshold=f.threshold, ngram=f.ngram,
+                                 seed=f.seed)
+    for key, (kept, jac) in sorted(res.removed.items()):
+        dups[owner[key]][key] = [kept, "fuzzy_dedup", f"jaccard={jac:.3f}"]
+    # an exact duplicate of a document that fuzzy dedup then removed points to the
+    # document actually kept (its text equals the removed one's, so it is as similar)
+    for d in dups:
+        for key, entry in d.items():
+            if entry[1] == "exact_dedup" and entry[0] in res.removed:
+                entry[2] = f"same text as {entry[0]}"
+                entry[0] = res.removed[entry[0]][0]
+    counters = {k: v for k, v in res.counters.items() if k != "seconds"}
+    sizes = res.cluster_sizes
+    record = {"params": res.params, "counters": counters,
+              "cluster_sizes": {str(s): sizes.count(s) for s in sorted(set(sizes))}}
+    return dups, record
+
+
+def _manifest(cfg, tok, sources, blocks, written, fuzzy) -> DatamixManifest:
     entries = []
     q_entries = []
     for src, w in zip(sources, written, strict=True):
@@ -237,7 +287,8 @@ def _manifest(cfg, tok, sources, blocks, written) -> DatamixManifest:
         lic_rej: Counter = Counter()
         lic_acc: Counter = Counter()
         filtered: Counter = Counter()
-        read = dups = kept = 0
+        read = dups = near = kept = 0
+        stage_stats: dict[str, dict[str, Any]] = {}
         for b in mine:
             p, t = b.prepare_info, b.tokenize_info
             read += p["read"]
@@ -246,14 +297,21 @@ def _manifest(cfg, tok, sources, blocks, written) -> DatamixManifest:
             lic_rej.update({k.removeprefix("license:"): v
                             for k, v in p["license_rejected"].items()})
             lic_acc.update(p["license_accepted"])
+            filtered.update(p["filtered"])
             dups += t["exact_duplicates"]
-            filtered.update(t["filtered"])
+            near += t["near_duplicates"]
             kept += t["kept"]
+            for name, st in p["stages"].items():
+                agg = stage_stats.setdefault(name, {"docs_in": 0, "docs_out": 0,
+                                                    "rejected": Counter()})
+                agg["docs_in"] += st["docs_in"]
+                agg["docs_out"] += st["docs_out"]
+                agg["rejected"].update(st["rejected"])
         shards = [ShardEntry(**s) for s in w["shards"]]
         counts = SourceCounts(read=read, quarantined=dict(sorted(quarantined.items())),
                               license_rejected=dict(sorted(lic_rej.items())),
-                              exact_duplicates=dups, filtered=dict(sorted(filtered.items())),
-                              kept=kept)
+                              exact_duplicates=dups, near_duplicates=near,
+                              filtered=dict(sorted(filtered.items())), kept=kept)
         assert counts.read == counts.kept + counts.removed(), f"count mismatch for {src.name}"
         entries.append(SourceEntry(
             name=src.name, origin=src.origin, revision=src.revision, license=src.license,
@@ -263,9 +321,13 @@ def _manifest(cfg, tok, sources, blocks, written) -> DatamixManifest:
             documents={s: sum(x.documents for x in shards if x.split == s)
                        for s in ("train", "val")},
             shards=shards,
-            stages={"read": {"rows": read}, "exact_dedup": {"removed": dups},
-                    "length": {"rejected": dict(sorted(filtered.items()))}},
+            stages={"read": {"rows": read},
+                    **{n: {"docs_in": v["docs_in"], "docs_out": v["docs_out"],
+                           "rejected": dict(sorted(v["rejected"].items()))}
+                       for n, v in stage_stats.items()},
+                    "exact_dedup": {"removed": dups}, "fuzzy_dedup": {"removed": near}},
         ))
         q_entries.append(QuarantineEntry(**w["quarantine"]))
     return DatamixManifest(name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(),
-                           tokenizer=tok, sources=entries, quarantine=q_entries)
+                           tokenizer=tok, sources=entries, quarantine=q_entries,
+                           fuzzy_dedup=fuzzy)

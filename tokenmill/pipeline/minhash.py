@@ -698,6 +698,37 @@ def fuzzy_dedup(
                                   return_shingle_counts=True)
     if sig.shape[0] != n:
         raise ValueError(f"fuzzy_dedup: {sig.shape[0]} texts for {n} keys")
+    result = fuzzy_dedup_signatures(
+        keys, sig, nsh, threshold=threshold, ngram=ngram, seed=seed, bands=bands, rows=rows,
+        false_positive_weight=false_positive_weight,
+        false_negative_weight=false_negative_weight, n_tasks=n_tasks)
+    result.counters["seconds"]["signatures"] = round(time.perf_counter() - t0, 3) - sum(
+        v for k, v in result.counters["seconds"].items() if k != "signatures")
+    return result
+
+
+def fuzzy_dedup_signatures(
+    keys: Sequence[str], sig: np.ndarray, nsh: np.ndarray, threshold: float = 0.8,
+    ngram: int = 5, seed: int = 1, bands: int | None = None, rows: int | None = None,
+    false_positive_weight: float = 0.2, false_negative_weight: float = 0.8,
+    n_tasks: int | None = None,
+) -> FuzzyDedupResult:
+    """:func:`fuzzy_dedup` from precomputed signatures (the executor computes them per
+    block on Ray workers and holds only ``num_perm * 4`` bytes per document).
+
+    Args:
+        keys: unique document keys, length n.
+        sig: uint32[n, num_perm] from :func:`minhash_signatures` (same ngram and seed).
+        nsh: int64[n] shingle counts (0 = too short to compare; never a duplicate).
+    """
+    keys = list(keys)
+    n = len(keys)
+    num_perm = int(sig.shape[1]) if sig.ndim == 2 else 0
+    if sig.shape[0] != n or len(nsh) != n:
+        raise ValueError(f"fuzzy_dedup: {sig.shape[0]} signatures for {n} keys")
+    if bands is None or rows is None:
+        bands, rows = lsh_params(threshold, num_perm, false_positive_weight,
+                                 false_negative_weight)
     t1 = time.perf_counter()
     # documents in key order: index = rank of the key
     order = np.array(sorted(range(n), key=keys.__getitem__), dtype=np.int64)
@@ -738,7 +769,7 @@ def fuzzy_dedup(
                 "candidate_pairs": int(len(edges)),
                 "candidate_clusters": int((sizes > 1).sum()) if n else 0,
                 "removed": len(removed), "kept_below_threshold": kept_below,
-                "seconds": {"signatures": round(t1 - t0, 3), "lsh": round(t2 - t1, 3),
+                "seconds": {"signatures": 0.0, "lsh": round(t2 - t1, 3),
                             "clusters": round(t3 - t2, 3)}}
     return FuzzyDedupResult(removed=removed, params=params, cluster_sizes=cluster_sizes,
                             counters=counters)

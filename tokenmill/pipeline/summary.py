@@ -14,12 +14,12 @@ def _fmt_reasons(d: dict[str, int]) -> str:
 def summary_table(m: DatamixManifest) -> str:
     """A plain-text table of the manifest's per-source counts and tokens."""
     rows = [("source", "license", "docs in", "quarantined", "license rej.", "exact dups",
-             "filtered", "kept", "train tokens", "val tokens", "shards")]
-    tot = [0] * 8
+             "near dups", "filtered", "kept", "train tokens", "val tokens", "shards")]
+    tot = [0] * 9
     for s in m.sources:
         c = s.counts
         vals = [c.read, sum(c.quarantined.values()), sum(c.license_rejected.values()),
-                c.exact_duplicates, sum(c.filtered.values()), c.kept, s.tokens["train"],
+                c.exact_duplicates, c.near_duplicates, sum(c.filtered.values()), c.kept, s.tokens["train"],
                 s.tokens["val"]]
         tot = [a + b for a, b in zip(tot, vals, strict=True)]
         rows.append((s.name, s.license, *map(str, vals), str(len(s.shards))))

@@ -39,7 +39,8 @@ from tokenmill.pipeline.shards import write_shard
 from tokenmill.pipeline.step import Document, Rejection
 from tokenmill.pipeline.tokenize import tokenize_batch
 
-_META_COLUMNS = ("license",)
+# per-document columns carried from the prepared block to the shard sidecar
+_META_COLUMNS = ("license", "language", "language_score")
 
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
@@ -121,13 +122,22 @@ def _prepare_block(spec: dict[str, Any], out: StageOutput, items, n: int) -> dic
             else:
                 yield item
 
-    stages = []
-    gate = None
-    if spec["document_license"]:
-        gate = DocumentLicenseGate(spec["deny_terms"])
-        stages.append(gate)
+    gate = DocumentLicenseGate(spec["deny_terms"]) if spec["document_license"] else None
     norm = Normalize()
-    stages.append(norm)
+    filters = [LengthFilter(**spec["filters"])]
+    if spec["apply_quality"] and spec["quality"]:
+        from tokenmill.pipeline.quality import build_quality_filter
+
+        filters += [build_quality_filter(name, **(kw or {}))
+                    for name, kw in spec["quality"].items() if kw is not None]
+    if spec["language"] is not None:
+        from tokenmill.pipeline.langid import LanguageFilter
+
+        lang = dict(spec["language"])
+        if not spec["apply_quality"]:
+            lang["languages"] = None  # label only
+        filters.append(LanguageFilter(**lang))
+    stages = [s for s in (gate, norm, *filters) if s is not None]
     stream = read_all()
     for st in stages:
         st.sink = rejected.append
@@ -140,9 +150,22 @@ def _prepare_block(spec: dict[str, Any], out: StageOutput, items, n: int) -> dic
         "text": pa.array([d.text for d in docs], pa.large_string()),
         "hash": pa.array([text_hash(d.text) for d in docs], pa.binary(16)),
     }
-    for m in _META_COLUMNS:
-        if spec["document_license"] and m == "license":
-            cols[m] = pa.array([d.metadata.get(m) for d in docs], pa.string())
+    if spec["document_license"]:
+        cols["license"] = pa.array([d.metadata.get("license") for d in docs], pa.string())
+    if spec["language"] is not None:
+        cols["language"] = pa.array([d.metadata.get("language") for d in docs], pa.string())
+        cols["language_score"] = pa.array([d.metadata.get("language_score") for d in docs],
+                                          pa.float32())
+    if spec["fuzzy"] is not None:
+        from tokenmill.pipeline.minhash import minhash_signatures
+
+        f = spec["fuzzy"]
+        sig, nsh = minhash_signatures([d.text for d in docs], num_perm=f["num_perm"],
+                                      seed=f["seed"], ngram=f["ngram"],
+                                      return_shingle_counts=True)
+        sig = np.ascontiguousarray(sig, dtype="<u4").reshape(len(docs), f["num_perm"])
+        cols["minhash"] = pa.array([row.tobytes() for row in sig], pa.binary(4 * f["num_perm"]))
+        cols["shingles"] = pa.array(np.asarray(nsh, dtype=np.int64), pa.int64())
     out.dir.mkdir(parents=True, exist_ok=True)
     _write_parquet(out.path(".docs.parquet"), pa.table(cols))
     quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
@@ -154,6 +177,8 @@ def _prepare_block(spec: dict[str, Any], out: StageOutput, items, n: int) -> dic
         "license_rejected": dict(sorted(gate.stats.rejected.items())) if gate else {},
         "license_accepted": dict(sorted(gate.accepted.items())) if gate else {},
         "normalize_rejected": dict(sorted(norm.stats.rejected.items())),
+        "filtered": dict(sorted(sum((f.stats.rejected for f in filters), Counter()).items())),
+        "stages": {st.name: st.stats.to_dict() for st in stages},
     }
     out.commit([".docs.parquet", ".quarantine.parquet"], info)
     return info
@@ -168,10 +193,21 @@ def _fault_injection_delay() -> None:
 
 
 def read_dedup_keys(work: str, digest: str) -> tuple[list[str], list[bytes]]:
-    """(keys, hashes) of a prepared unit, in document order."""
+    """(keys, hashes) of a prepared block, in document order."""
     t = pq.read_table(StageOutput(work, "prepare", digest).path(".docs.parquet"),
                       columns=["key", "hash"])
     return t.column("key").to_pylist(), t.column("hash").to_pylist()
+
+
+def read_signatures(work: str, digest: str, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """(uint32[n, num_perm] MinHash signatures, int64[n] shingle counts) of a block."""
+    t = pq.read_table(StageOutput(work, "prepare", digest).path(".docs.parquet"),
+                      columns=["minhash", "shingles"])
+    col = t.column("minhash").combine_chunks()
+    raw = col.buffers()[1]
+    sig = np.frombuffer(raw, dtype="<u4", count=len(col) * num_perm,
+                        offset=col.offset * 4 * num_perm).reshape(len(col), num_perm)
+    return sig, t.column("shingles").to_numpy()
 
 
 def split_of(key: str, val_fraction: float) -> str:
@@ -183,8 +219,9 @@ def split_of(key: str, val_fraction: float) -> str:
 
 
 def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
-    """Stage 2 for one block of a unit. ``spec`` keys: work, digest, prepare_digest, duplicates
-    (key → kept key), filters (LengthFilter kwargs), tokenizer, val_fraction."""
+    """Stage 2 for one block: drop its duplicates (decided globally by the driver), then
+    tokenize. ``spec`` keys: work, digest, prepare_digest, source, duplicates (key →
+    [kept key, stage, detail]), tokenizer, val_fraction."""
     _fault_injection_delay()
     out = StageOutput(spec["work"], "tokenize", spec["digest"])
     done = out.load_done()
@@ -192,41 +229,41 @@ def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
         return done["info"] | {"reused": True}
     prep = StageOutput(spec["work"], "prepare", spec["prepare_digest"])
     table = pq.read_table(prep.path(".docs.parquet"))
-    dups: dict[str, str] = spec["duplicates"]
+    dups: dict[str, list] = spec["duplicates"]
     meta_cols = [c for c in _META_COLUMNS if c in table.column_names]
     rejected: list[Rejection] = []
-    docs = []
     keys = table.column("key").to_pylist()
     texts = table.column("text").to_pylist()
     metas = {c: table.column(c).to_pylist() for c in meta_cols}
-    for i, (k, t) in enumerate(zip(keys, texts, strict=True)):
+    kept_idx = []
+    removed: Counter = Counter()
+    for i, k in enumerate(keys):
         if k in dups:
-            rejected.append(Rejection(key=k, source=spec["source"], stage="exact_dedup",
-                                      reason="exact_duplicate", duplicate_of=dups[k]))
-            continue
-        docs.append(Document(key=k, source=spec["source"], text=t,
-                             metadata={c: metas[c][i] for c in meta_cols}))
-    length = LengthFilter(**spec["filters"])
-    length.sink = rejected.append
-    kept = list(length(docs))
-    tokens, lengths = tokenize_batch([d.text for d in kept], spec["tokenizer"])
-    rejected.sort(key=lambda r: r.key)
+            twin, stage, detail = dups[k]
+            removed[stage] += 1
+            rejected.append(Rejection(key=k, source=spec["source"], stage=stage,
+                                      reason=f"{stage}:duplicate", duplicate_of=twin,
+                                      detail=detail))
+        else:
+            kept_idx.append(i)
+    tokens, lengths = tokenize_batch([texts[i] for i in kept_idx], spec["tokenizer"])
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     cols = {
-        "key": pa.array([d.key for d in kept], pa.string()),
-        "split": pa.array([split_of(d.key, spec["val_fraction"]) for d in kept], pa.string()),
+        "key": pa.array([keys[i] for i in kept_idx], pa.string()),
+        "split": pa.array([split_of(keys[i], spec["val_fraction"]) for i in kept_idx],
+                          pa.string()),
         "tokens": pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()),
                                                 pa.array(tokens, pa.uint32())),
     }
     for c in meta_cols:
-        cols[c] = pa.array([d.metadata.get(c) for d in kept], pa.string())
+        cols[c] = pa.array([metas[c][i] for i in kept_idx], table.schema.field(c).type)
     _write_parquet(out.path(".tokens.parquet"), pa.table(cols))
     quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
     info = {
         "docs_in": len(keys),
-        "exact_duplicates": sum(1 for k in keys if k in dups),
-        "filtered": dict(sorted(length.stats.rejected.items())),
-        "kept": len(kept),
+        "exact_duplicates": removed["exact_dedup"],
+        "near_duplicates": removed["fuzzy_dedup"],
+        "kept": len(kept_idx),
         "tokens": int(lengths.sum()),
     }
     out.commit([".tokens.parquet", ".quarantine.parquet"], info)
@@ -250,6 +287,7 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
         s: {"tokens": [], "keys": [], "lengths": [], "meta": []} for s in ("train", "val")}
     counters = {"train": 0, "val": 0}
     meta_names: list[str] | None = None
+    meta_types: dict[str, pa.DataType] = {}
 
     def flush(split: str) -> None:
         b = buffers[split]
@@ -260,7 +298,7 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
         offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.uint64)
         name = f"{source}_{split}_{counters[split]:06d}.bin"
         path = shard_dir / name
-        extra = {m: pa.array([row[i] for row in b["meta"]], pa.string())
+        extra = {m: pa.array([row[i] for row in b["meta"]], meta_types[m])
                  for i, m in enumerate(meta_names or [])}
         write_shard(path, tokens, spec["shard_version"], offsets, b["keys"], extra)
         from tokenmill.pipeline.shards import sidecar_path
@@ -284,6 +322,7 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
         names = [c for c in table.column_names if c in _META_COLUMNS]
         if meta_names is None:
             meta_names = names
+            meta_types = {c: table.schema.field(c).type for c in names}
         col = table.column("tokens").combine_chunks()
         flat = col.values.to_numpy()
         offs = col.offsets.to_numpy()

@@ -21,9 +21,11 @@ character is not fully known (a token that starts or ends inside a multi-byte ch
 code point unassigned in Python's Unicode tables) every class it could have is allowed. The
 tests check them against tiktoken itself on real corpora and on adversarial contexts.
 
-Supported regexes (as spelled by tiktoken >= 0.9): GPT-2 / r50k / p50k and cl100k_base. Any
-other ``pat_str`` (o200k_base, or an older spelling) gets the conservative model: every
-junction at a character boundary may be a piece boundary, so only UTF-8 constraints and
+Supported regexes (as spelled by tiktoken >= 0.9): GPT-2 / r50k / p50k, cl100k_base and
+o200k_base (whose letter pieces also split where a lower-case letter meets an upper-case one,
+end with a contraction, and whose punctuation pieces may end with CR/LF and '/'; combining
+marks are treated conservatively there). Any other ``pat_str`` gets the conservative model:
+every junction at a character boundary may be a piece boundary, so only UTF-8 constraints and
 unrealisable tokens produce impossible pairs.
 """
 
@@ -236,6 +238,7 @@ def _contr_end_forms(case_insensitive: bool) -> set[str]:
 
 
 _CONTR_END = _contr_end_forms(False)
+_CONTR_FULL = tuple("'" + c for c in _CONTRACTIONS)
 _CONTR_TAIL = {c[:i] for c in _CONTRACTIONS for i in range(1, len(c) + 1)}
 
 
@@ -255,14 +258,19 @@ def left_signature(shape: TokenShape, model: str) -> tuple:
     single = len(cl) == 1
     space1 = text_exact == " "
     ndig = min(len(cl), 4) if all(c & N for c in cl) else 0
-    if model in ("cl100k", "o200k"):
+    if model == "cl100k":  # a contraction is a piece of its own
         contr = shape.lead_cont > 0 or (
             text_exact is not None and _fold(text_exact) in _CONTR_END
         )
+    elif model == "o200k":  # a contraction ends a word piece ("person's", "DON'T")
+        folded = _fold(shape.text)
+        contr = shape.lead_cont > 0 or (not shape.tail_partial and (
+            folded in _CONTR_END or folded.endswith(_CONTR_FULL)))
     else:
         contr = text_exact is not None and text_exact in _CONTR_END
     apos = text_exact == "'"
-    return ("ok", shape.needs, last, allws, allsw, single, space1, ndig, contr, apos)
+    slash = not shape.tail_partial and shape.text.endswith("/")
+    return ("ok", shape.needs, last, allws, allsw, single, space1, ndig, contr, apos, slash)
 
 
 def right_signature(shape: TokenShape, model: str) -> tuple:
@@ -287,7 +295,7 @@ def _bits(mask: int) -> list[int]:
 
 
 def _rules_r50k(A: tuple, B: tuple, c1: int, c2: int) -> tuple[bool, bool, str]:
-    _, _, _, allws, _, single, space1, _, contr, apos = A
+    _, _, _, allws, _, single, space1, _, contr, apos, _ = A
     _, _, ballws, ws1_nonws, bsingle, _, tail = B
     n1, n2 = CLASS_NAMES[c1], CLASS_NAMES[c2]
     # piece boundary?
@@ -324,7 +332,7 @@ def _rules_r50k(A: tuple, B: tuple, c1: int, c2: int) -> tuple[bool, bool, str]:
 
 
 def _rules_cl100k(A: tuple, B: tuple, c1: int, c2: int) -> tuple[bool, bool, str]:
-    _, _, _, allws, allsw, single, space1, ndig, contr, _ = A
+    _, _, _, allws, allsw, single, space1, ndig, contr, _, _ = A
     _, _, ballws, ws1_nonws, _, bndig, _ = B
     n1, n2 = CLASS_NAMES[c1], CLASS_NAMES[c2]
     if c1 == L:
@@ -376,7 +384,7 @@ def _rules_cl100k(A: tuple, B: tuple, c1: int, c2: int) -> tuple[bool, bool, str
 
 
 def _rules_o200k(A: tuple, B_: tuple, c1: int, c2: int) -> tuple[bool, bool, str]:
-    _, _, _, allws, allsw, single, space1, ndig, contr, _ = A
+    _, _, _, allws, allsw, single, space1, ndig, contr, _, slash = A
     _, _, ballws, ws1_nonws, _, bndig, _ = B_
     n1, n2 = CLASS_NAMES[c1], CLASS_NAMES[c2]
     if c1 == MK or c2 == MK:
@@ -395,7 +403,8 @@ def _rules_o200k(A: tuple, B_: tuple, c1: int, c2: int) -> tuple[bool, bool, str
         else:
             cross, why = ndig >= 1, "a number piece holds numbers only"
     elif c1 in (P, Q):
-        cross = c2 not in (P, Q, R)
+        # after CR/LF, the trailing '[\r\n/]*' may end a piece with '/' before punctuation
+        cross = c2 not in (P, Q, R) or (slash and c2 in (P, Q))
         why = "' ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*' takes all following punctuation and CR/LF"
     elif c1 == R:
         cross = c2 != R
