@@ -105,3 +105,16 @@ def test_lemstream_reports_producer_errors():
         stream.get(1)
         with pytest.raises(RuntimeError, match="loader broke"):
             stream.get(2)
+
+
+def test_lemstream_from_an_iterable(first):
+    batches = [first[i * 64:(i + 1) * 64].reshape(2, 32) for i in range(5)]
+    inline = OnlineLEM(EOT, k=1, mode="position", window=0)
+    with LEMStream(iter(batches), shape=(2, 32), eot=EOT, k=1, mode="position",
+                   window=0) as stream:
+        got = [(ml.copy(), nt.copy()) for ml, nt in stream]
+    assert len(got) == 5
+    for b, (ml, nt) in zip(batches, got, strict=True):
+        want_ml, want_nt = inline.step(b)
+        np.testing.assert_array_equal(ml, want_ml)
+        np.testing.assert_array_equal(nt, want_nt)

@@ -50,7 +50,7 @@ def test_sigkill_at_five_random_moments(quickstart, tmp_path):
                  if s in log]
         r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
-        reused = next(line for line in r.stdout.splitlines() if line.startswith("units:"))
+        reused = next(line for line in r.stdout.splitlines() if line.startswith("blocks:"))
         report.append(f"kill {i + 1} at {moment:5.1f}s of {total:.1f}s "
                       f"(reached: {stage[0] if stage else 'startup'}): rerun {reused}")
         assert _final_files(tmp_path / "out") == reference, report[-1]

@@ -37,8 +37,15 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print(summary_table(res.manifest))
     print()
-    print(f"units: {res.total_units} ({res.reused_units} reused from an earlier run)   "
+    if res.reused_units == res.total_units:
+        print("nothing to redo: every block was already done by an earlier run")
+    print(f"blocks: {res.total_units} ({res.reused_units} reused from an earlier run)   "
           f"wall time: {res.seconds:.1f} s")
+    if not args.no_report:
+        from tokenmill.pipeline.report import write_report
+
+        rep = write_report(Path(res.manifest_path).parent)
+        print(f"report:   {rep.html} ({len(rep.images)} plots)")
     print(f"shards:   {Path(res.manifest_path).parent / 'shards'}")
     print(f"manifest: {res.manifest_path}")
     return 0
@@ -56,4 +63,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fallback", default=None,
                    help="datamix to run instead when the local data root is missing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--no-report", action="store_true", help="skip report.html and its plots")
     p.set_defaults(func=_run)
+
+    from tokenmill.pipeline.report import add_report_parser
+
+    add_report_parser(sub)

@@ -287,12 +287,13 @@ def _manifest(cfg, tok, sources, blocks, written, fuzzy) -> DatamixManifest:
         lic_rej: Counter = Counter()
         lic_acc: Counter = Counter()
         filtered: Counter = Counter()
-        read = dups = near = kept = 0
+        read = dups = near = kept = read_errors = 0
         stage_stats: dict[str, dict[str, Any]] = {}
         for b in mine:
             p, t = b.prepare_info, b.tokenize_info
             read += p["read"]
             quarantined.update(p["read_rejected"])
+            read_errors += sum(p["read_rejected"].values())
             quarantined.update(p["normalize_rejected"])
             lic_rej.update({k.removeprefix("license:"): v
                             for k, v in p["license_rejected"].items()})
@@ -321,7 +322,7 @@ def _manifest(cfg, tok, sources, blocks, written, fuzzy) -> DatamixManifest:
             documents={s: sum(x.documents for x in shards if x.split == s)
                        for s in ("train", "val")},
             shards=shards,
-            stages={"read": {"rows": read},
+            stages={"read": {"rows": read}, "read_errors": {"removed": read_errors},
                     **{n: {"docs_in": v["docs_in"], "docs_out": v["docs_out"],
                            "rejected": dict(sorted(v["rejected"].items()))}
                        for n, v in stage_stats.items()},

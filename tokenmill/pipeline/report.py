@@ -49,9 +49,10 @@ from tokenmill.manifests.schema import DatamixManifest, load_manifest
 REPORT_NAME = "report.html"
 
 # Canonical order of the pipeline's stages; unknown stage names go after these.
-STAGE_ORDER = ("read", "quarantine", "normalize", "license", "exact_dedup", "length",
+# the executor's order: per-document stages in the workers, then the global dedups
+STAGE_ORDER = ("read", "read_errors", "quarantine", "license", "normalize", "length",
                "gopher_quality", "gopher_repetition", "c4", "fineweb", "language",
-               "fuzzy_dedup")
+               "exact_dedup", "fuzzy_dedup")
 
 
 @dataclass

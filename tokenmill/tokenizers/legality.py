@@ -602,7 +602,10 @@ def resolve_token(enc: tiktoken.Encoding, text: str) -> int:
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
         import ast
 
-        s = ast.literal_eval(s)
+        try:
+            s = ast.literal_eval(s)
+        except (SyntaxError, ValueError):
+            s = text  # not a Python literal: take the text as it is
     if isinstance(s, bytes):
         t = enc._mergeable_ranks.get(s)
         if t is None:
