@@ -157,7 +157,7 @@ def test_report_renders_every_plot(run_dir):
     stages, remaining = document_waterfall(m)
     print("stages:", stages, "remaining:", remaining)
     assert stages[0] == "read" and stages[-1] == "kept"
-    assert stages[1:-1] == ["exact_dedup", "gopher_quality", "fineweb", "language",
+    assert stages[1:-1] == ["gopher_quality", "fineweb", "language", "exact_dedup",
                             "fuzzy_dedup"]
     for src in m.sources:
         row = remaining[src.name]
@@ -193,8 +193,8 @@ def test_waterfall_from_executor_style_counters():
     m = DatamixManifest(name="x", config={}, config_sha256="0" * 64, tokenizer=identity("gpt2"),
                         sources=[src], quarantine=[])
     stages, remaining = document_waterfall(m)
-    assert stages == ["read", "quarantine", "license", "exact_dedup", "length", "kept"]
-    assert remaining["s"] == [100, 97, 95, 90, 86, 86]
+    assert stages == ["read", "quarantine", "license", "length", "exact_dedup", "kept"]
+    assert remaining["s"] == [100, 97, 95, 91, 86, 86]
 
 
 def test_report_needs_manifest(tmp_path):

@@ -17,7 +17,7 @@ def _build(args: argparse.Namespace) -> int:
 
     s = build_index(args.manifest, args.out, split=None if args.split == "all" else args.split,
                     progress=not args.quiet)
-    rows = [("tokens", f"{s['tokens']:,}"), ("parts (shards)", str(s["parts"])),
+    rows = [("tokens", f"{s['tokens']:,}"), ("parts / shards", f"{s['parts']} / {s['shards']}"),
             ("build time", f"{s['seconds']:.2f} s"),
             ("build speed", f"{s['tokens'] / s['seconds'] / 1e6:.2f} M tokens/s"),
             ("index size", f"{s['bytes'] / 2**20:.1f} MiB"),
@@ -64,7 +64,7 @@ def _longest(args: argparse.Namespace) -> int:
     matched = toks[len(toks) - m.length:] if m.length else []
     print(f"match length  {m.length} of {len(toks)} tokens ({m.count} occurrences)")
     print(f"matched text  {enc.decode(matched)!r}")
-    total = max(int(m.next_counts.sum()), 1)
+    total = max(m.count, 1)  # every occurrence has a follower (EOT at document ends)
     print("next tokens:")
     for t, c in zip(m.next_tokens.tolist(), m.next_counts.tolist(), strict=True):
         if t < 0:
