@@ -72,6 +72,9 @@ def main() -> int:
     ap.add_argument("--legality", default=None, help="saved LegalityTable (default: partial)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--mask-from-baseline", action="store_true",
+                    help="3 trainings: the legality row is the baseline evaluated with the mask "
+                    "(same training by construction; saves one run)")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="tokenmill-ablation-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -90,6 +93,9 @@ def main() -> int:
         ("+ LEM feature", cfg("lem", lem=True)),
         ("+ legality mask (eval)", cfg("mask", legality=legality)),
     ]
+    if args.mask_from_baseline:
+        # the mask changes evaluation only: train once, evaluate with and without it
+        runs = [("baseline", cfg("baseline", legality=legality))] + runs[1:3]
     rows = []
     for name, c in runs:
         print(f"--- {name}", flush=True)
@@ -97,10 +103,13 @@ def main() -> int:
         r = T.train(c)
         wall = time.perf_counter() - t0
         last = r.val[-1]
-        rows.append((name, r.val[0]["val_loss"], last["val_loss"],
-                     last.get("val_loss_masked", float("nan")),
-                     int(last.get("masked_targets", 0)), wall, r.tokens_per_s,
-                     r.lem_wait_frac if c.lem else float("nan")))
+        row = (name, r.val[0]["val_loss"], last["val_loss"],
+               last.get("val_loss_masked", float("nan")),
+               int(last.get("masked_targets", 0)), wall, r.tokens_per_s,
+               r.lem_wait_frac if c.lem else float("nan"))
+        rows.append(row)
+    if args.mask_from_baseline:
+        rows.append(("+ legality mask (eval)", *rows[0][1:]))
     base = rows[0][2]
     print()
     print(f"tiny GPT ({args.steps} steps x {args.batch_size} x {args.seq_len} tokens, "

@@ -25,6 +25,25 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+REPORT_FILES = ("report.html",)
+
+
+def final_files(root: Path) -> dict[str, bytes]:
+    """The outputs that must be byte-identical between runs: shards, sidecars, quarantine,
+    manifest (not the intermediates, not the report's pictures)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and "work" not in p.relative_to(root).parts
+            and p.suffix != ".png" and p.name not in REPORT_FILES}
+
+
 def run_quickstart_like(out_dir: Path, num_cpus: int = 2, datamix: str = "quickstart.yaml",
                         data_root: str | None = None, **overrides):
     """Run a datamix from manifests/ into ``out_dir`` with the embedded Ray."""
@@ -32,6 +51,7 @@ def run_quickstart_like(out_dir: Path, num_cpus: int = 2, datamix: str = "quicks
     from tokenmill.pipeline.config import load_datamix
     from tokenmill.pipeline.executor import run_datamix
 
+    shutdown_ray()  # a Ray left by another test would override num_cpus
     repo = Path(__file__).resolve().parents[1]
     cfg = load_datamix(repo / "manifests" / datamix, data_root=data_root or str(corpora()),
                        output_dir=str(out_dir))

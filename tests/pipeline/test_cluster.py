@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import final_files
 from tests.shared import corpora
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,9 +27,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file() and "work" not in p.parts}
 
 
 @pytest.mark.slow
@@ -60,7 +58,7 @@ def test_two_node_loopback_cluster(quickstart, tmp_path):
              "--data-root", str(corpora()), "--ray-address", address, "-o", str(out)],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert _files(out) == _files(quickstart.manifest_path.parent)
+        assert final_files(out) == final_files(quickstart.manifest_path.parent)
     finally:
         for p in (worker, head):
             if p is not None:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from tests.conftest import run_quickstart_like
-
-
-def _files(root):
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file() and "work" not in p.parts}
+from tests.conftest import final_files, run_quickstart_like
 
 
 def test_one_and_two_cpus_give_identical_bytes(quickstart, tmp_path):
     one = run_quickstart_like(tmp_path / "one", num_cpus=1)
-    a = _files(quickstart.manifest_path.parent)
-    b = _files(one.manifest_path.parent)
+    a = final_files(quickstart.manifest_path.parent)
+    b = final_files(one.manifest_path.parent)
     assert sorted(a) == sorted(b)
     assert any(k.endswith(".bin") for k in a) and any(k.endswith(".docs.parquet") for k in a)
     for k in a:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import final_files, shutdown_ray
 from tests.shared import corpora
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.executor import run_datamix
@@ -22,15 +23,12 @@ from tokenmill.pipeline.executor import run_datamix
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _final_files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file() and "work" not in p.parts}
 
 
 def test_sigkill_at_five_random_moments(quickstart, tmp_path):
     """The quickstart run killed (SIGKILL, whole process group: driver and Ray) at 5
     moments spread over its stages; each rerun completes with byte-identical output."""
-    reference = _final_files(quickstart.manifest_path.parent)
+    reference = final_files(quickstart.manifest_path.parent)
     rng = random.Random(20240520)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "tokenmill.cli", "run", "manifests/quickstart.yaml",
@@ -53,7 +51,7 @@ def test_sigkill_at_five_random_moments(quickstart, tmp_path):
         reused = next(line for line in r.stdout.splitlines() if line.startswith("blocks:"))
         report.append(f"kill {i + 1} at {moment:5.1f}s of {total:.1f}s "
                       f"(reached: {stage[0] if stage else 'startup'}): rerun {reused}")
-        assert _final_files(tmp_path / "out") == reference, report[-1]
+        assert final_files(tmp_path / "out") == reference, report[-1]
     print("\n".join(report))
 
 
@@ -68,7 +66,7 @@ def test_blocks_resume_and_do_not_change_output(tmp_path):
     blocked = run_datamix(_small_cfg(tmp_path / "b", block_documents=100), num_cpus=1,
                           progress=False)
     assert blocked.total_units == 10 + 1  # c4: 1000 rows in blocks of 100; books: one unit
-    assert _final_files(tmp_path / "a") == _final_files(tmp_path / "b")
+    assert final_files(tmp_path / "a") == final_files(tmp_path / "b")
     # lose the last 3 blocks of c4 as a crash would (their done records never written)
     work = tmp_path / "b" / "work" / "prepare"
     done = sorted(work.glob("*.done.json"), key=lambda p: p.stat().st_mtime_ns)
@@ -78,7 +76,7 @@ def test_blocks_resume_and_do_not_change_output(tmp_path):
     again = run_datamix(_small_cfg(tmp_path / "b", block_documents=100), num_cpus=1,
                         progress=False)
     assert again.reused_units == again.total_units - 3
-    assert _final_files(tmp_path / "a") == _final_files(tmp_path / "b")
+    assert final_files(tmp_path / "a") == final_files(tmp_path / "b")
     del whole
 
 
@@ -91,7 +89,8 @@ def test_worker_killed_during_tokenization(tmp_path):
 
     reference_run = run_datamix(_small_cfg(tmp_path / "ref", block_documents=250), num_cpus=2,
                                 progress=False)
-    reference = _final_files(reference_run.manifest_path.parent)
+    reference = final_files(reference_run.manifest_path.parent)
+    shutdown_ray()
     ray.init(address="local", num_cpus=2, include_dashboard=True, log_to_driver=False,
              runtime_env={"env_vars": {"TOKENMILL_TASK_DELAY_S": "2",
                                        "TIKTOKEN_CACHE_DIR": os.environ["TIKTOKEN_CACHE_DIR"]}})
@@ -121,6 +120,6 @@ def test_worker_killed_during_tokenization(tmp_path):
         ray.shutdown()
     assert killed, "no running tokenize task was found to kill"
     assert "r" in result
-    assert _final_files(tmp_path / "out") == reference
+    assert final_files(tmp_path / "out") == reference
     print(f"killed worker pid {killed[0]} during tokenize_unit; output unchanged")
     json.dumps(killed)

@@ -24,6 +24,15 @@ def _interpret(monkeypatch):
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # 2 shared cores: torch's 2 OpenMP threads slow small ops down ~30x under contention
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _ce_inputs(n, v, dtype=torch.float32, seed=0, legal_p=0.6):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(n, v, generator=g) * 3).to(dtype)

@@ -370,7 +370,8 @@ class NGramCountsModel:
             if ray_address:
                 ray.init(address=ray_address, log_to_driver=False)
             else:
-                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         log_to_driver=False)
         task = ray.remote(count_shard)
         refs = [task.remote(p, orders, tok.eot_token, tok.n_vocab) for p in shards]
         results = [ray.get(r) for r in tqdm(refs, desc="count shards", disable=not progress)]

@@ -267,7 +267,7 @@ def _deduplicate(cfg, blocks, work, progress) -> tuple[list[dict[str, list]], di
     # an exact duplicate of a document that fuzzy dedup then removed points to the
     # document actually kept (its text equals the removed one's, so it is as similar)
     for d in dups:
-        for key, entry in d.items():
+        for entry in d.values():
             if entry[1] == "exact_dedup" and entry[0] in res.removed:
                 entry[2] = f"same text as {entry[0]}"
                 entry[0] = res.removed[entry[0]][0]

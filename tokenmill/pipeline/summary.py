@@ -19,8 +19,8 @@ def summary_table(m: DatamixManifest) -> str:
     for s in m.sources:
         c = s.counts
         vals = [c.read, sum(c.quarantined.values()), sum(c.license_rejected.values()),
-                c.exact_duplicates, c.near_duplicates, sum(c.filtered.values()), c.kept, s.tokens["train"],
-                s.tokens["val"]]
+                c.exact_duplicates, c.near_duplicates, sum(c.filtered.values()), c.kept,
+                s.tokens["train"], s.tokens["val"]]
         tot = [a + b for a, b in zip(tot, vals, strict=True)]
         rows.append((s.name, s.license, *map(str, vals), str(len(s.shards))))
     rows.append(("TOTAL", "", *map(str, tot), str(sum(len(s.shards) for s in m.sources))))

@@ -157,7 +157,8 @@ class ObservedPairs:
             if ray_address:
                 ray.init(address=ray_address, log_to_driver=False)
             else:
-                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         log_to_driver=False,
                          configure_logging=False)
         task = ray.remote(num_cpus=1)(_count_shard)
         refs = [task.remote(str(folder / s.path), V, s.sha256 if verify else None)
