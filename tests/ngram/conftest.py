@@ -14,8 +14,15 @@ QUICKSTART_SOURCES = [
 
 
 @pytest.fixture(scope="session")
-def quickstart(tmp_path_factory) -> Path:
-    """Manifest path of a quickstart-like gpt2 datamix built from real corpora."""
+def quickstart(quickstart) -> Path:
+    """Manifest path of the quickstart datamix as `tokenmill run` curates it (the
+    session-wide pipeline run of tests/conftest.py)."""
+    return quickstart.manifest_path
+
+
+@pytest.fixture(scope="session")
+def quickstart_like(tmp_path_factory) -> Path:
+    """A small quickstart-like gpt2 datamix written directly from real corpora."""
     root = corpora()
     out = tmp_path_factory.mktemp("ngram_quickstart")
     return write_datamix(root, out, QUICKSTART_SOURCES)

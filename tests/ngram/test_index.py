@@ -162,7 +162,8 @@ def test_bad_queries_and_folders(index, tmp_path):
 def test_multi_part_index_equals_single_part(index, quickstart, train_stream, tmp_path):
     s = build_index(quickstart, tmp_path, split="train", progress=False,
                     max_part_tokens=700_000)
-    assert s["parts"] >= 3 and s["shards"] == 4
+    n_train = len(load_manifest(quickstart).shards("train"))
+    assert s["parts"] >= 3 and s["shards"] == n_train
     multi = SuffixArrayIndex(tmp_path)
     rng = np.random.default_rng(5)
     qs = []

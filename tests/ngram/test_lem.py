@@ -37,7 +37,7 @@ def test_matches_bruteforce_oracle(first, mode, step, window):
     want_len, want_next = lem_oracle(first, EOT, 3, step, window // 2)
     np.testing.assert_array_equal(got_len, want_len)
     np.testing.assert_array_equal(got_next, want_next)
-    assert want_len.max() > 50 and (want_next[:, 1] >= 0).sum() > N // 4  # non-trivial
+    assert want_len.max() > 20 and (want_next[:, 1] >= 0).sum() > N // 4  # non-trivial
     if mode == "step":  # nothing from the current step: the first step sees nothing
         assert (got_len[:step] == 0).all()
 
