@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Errors a user can fix (bad config, missing files, wrong tokenizer)
+    print one line and exit 2; ``TOKENMILL_DEBUG=1`` shows the traceback instead."""
+    import logging
+    import os
+
+    logging.getLogger("ray").setLevel(logging.ERROR)  # Ray's banners are not our output
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -42,6 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `tokenmill manifest show OUT | head`
+        sys.stderr.close()
+        return 0
+    except (ValueError, RuntimeError, FileNotFoundError, FileExistsError,
+            NotADirectoryError) as e:
+        if os.environ.get("TOKENMILL_DEBUG") == "1":
+            raise
+        msg = str(e).strip().splitlines()
+        print(f"tokenmill: {type(e).__name__}: " + "\n  ".join(msg[:20]), file=sys.stderr)
+        return 2
     return int(rc or 0)
 
 

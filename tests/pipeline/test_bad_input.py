@@ -82,3 +82,55 @@ def test_bad_rows_are_quarantined_and_good_rows_kept(tmp_path):
     assert naughty.counts.kept > 450  # nothing crashed; only empties and duplicates went
     assert set(naughty.counts.quarantined) <= {"empty", "invalid_unicode"}
     assert naughty.counts.read == naughty.counts.kept + naughty.counts.removed()
+
+
+def test_files_that_yield_nothing_and_truncated_archives(tmp_path):
+    """An empty file, a file whose every row is removed, a copy of another file and a
+    truncated archive: the run goes on and each removal is accounted for."""
+    import gzip
+
+    src = tmp_path / "edge"
+    (src / "data").mkdir(parents=True)
+    (src / "README.md").write_text("---\nlicense: mit\n---\n")
+    rows = b"".join(json.dumps({"text": f"document number {i} with some words"}).encode()
+                    + b"\n" for i in range(50))
+    (src / "data" / "a.jsonl").write_bytes(rows)
+    (src / "data" / "b.jsonl").write_bytes(rows)  # every row an exact duplicate of a.jsonl
+    (src / "data" / "empty.jsonl").write_bytes(b"")
+    (src / "data" / "blank.jsonl").write_bytes(b'{"text": ""}\n{"text": "  "}\n')
+    gz = gzip.compress(rows * 200)
+    (src / "data" / "trunc.jsonl.gz").write_bytes(gz[: len(gz) // 2])
+    (src / "data" / "notes.csv").write_text("a,b\n")
+    cfg = DatamixConfig(name="edge", data_root=str(tmp_path), output_dir=str(tmp_path / "out"),
+                        sources=[{"name": "edge", "path": "edge"}], shards={"val_fraction": 0.0})
+    res = run_datamix(cfg, num_cpus=1, progress=False)
+    (s,) = res.manifest.sources
+    assert s.skipped_files == ["data/notes.csv"]
+    assert s.counts.read == s.counts.kept + s.counts.removed()
+    assert s.counts.kept == 50 and s.counts.exact_duplicates >= 50
+    assert s.counts.quarantined["unreadable_file"] == 1
+    assert s.counts.quarantined["empty"] == 2
+    q = pq.read_table(tmp_path / "out" / "quarantine" / "edge.parquet").to_pylist()
+    bad = next(r for r in q if r["reason"] == "unreadable_file")
+    assert "trunc.jsonl.gz" in bad["detail"]
+    dup = next(r for r in q if r["stage"] == "exact_dedup")
+    assert dup["text"] and dup["duplicate_of"].startswith("edge/data/a.jsonl#")
+
+
+def test_removed_source_leaves_no_shards_behind(tmp_path):
+    from tokenmill.manifests.validate import validate_manifest
+
+    two = DatamixConfig(name="x", data_root=str(corpora()), output_dir=str(tmp_path / "out"),
+                        sources=[{"name": "books", "path": "books-public-domain"},
+                                 {"name": "naughty", "path": "naughty-strings"}])
+    run_datamix(two, num_cpus=1, progress=False)
+    one = two.model_copy(update={"sources": two.sources[:1]})
+    res = run_datamix(one, num_cpus=1, progress=False)
+    out = tmp_path / "out"
+    assert not (out / "shards" / "naughty").exists()
+    assert not (out / "quarantine" / "naughty.parquet").exists()
+    assert validate_manifest(res.manifest_path) == []
+    stray = out / "shards" / "books" / "books_train_000099.bin"
+    stray.write_bytes((out / res.manifest.shards()[0].path).read_bytes())
+    (problem,) = validate_manifest(res.manifest_path)
+    assert "books_train_000099.bin: shard file not in the manifest" in problem

@@ -45,5 +45,22 @@ def test_whole_file_and_rst(tmp_path):
 
 def test_parquet_without_text_column_names_file(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"body": "x"}]), tmp_path / "x.parquet")
-    with pytest.raises(ValueError, match=r"x.parquet: no column 'text'"):
-        list(read_file(tmp_path, "x.parquet", "s"))
+    (bad,) = list(read_file(tmp_path, "x.parquet", "s"))
+    assert bad.reason == "unreadable_file" and "x.parquet: no column 'text'" in bad.detail
+
+
+def test_truncated_archive_keeps_rows_before_and_names_file(tmp_path):
+    lines = b"".join(json.dumps({"text": f"document {i} " * 20}).encode() + b"\n"
+                     for i in range(2000))
+    data = gzip.compress(lines)
+    (tmp_path / "t.jsonl.gz").write_bytes(data[: len(data) // 2])
+    items = list(read_file(tmp_path, "t.jsonl.gz", "s"))
+    *docs, last = items
+    assert docs and all(isinstance(d, Document) for d in docs)
+    assert last.reason == "unreadable_file" and "t.jsonl.gz" in last.detail
+    assert f"stopped after {len(docs)} rows" in last.detail
+
+
+def test_bom_is_not_part_of_the_first_row(tmp_path):
+    (tmp_path / "b.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n')
+    assert [d.text for d in read_file(tmp_path, "b.jsonl", "s")] == ["first", "second"]

@@ -71,6 +71,8 @@ class SourceEntry(_Model):
     tokens: dict[str, int] = Field(description="split -> tokens (EOT included)")
     documents: dict[str, int] = Field(description="split -> documents")
     shards: list[ShardEntry]
+    skipped_files: list[str] = Field(
+        default_factory=list, description="files under the source not read (unsupported type)")
     stages: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-stage counters, by stage name"
     )
@@ -120,8 +122,13 @@ def load_manifest(path: str | os.PathLike) -> DatamixManifest:
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
-    data = json.loads(p.read_text())
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{p}: manifest schema_version {data.get('schema_version')} "
-                         f"is not {SCHEMA_VERSION}")
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no manifest here")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: not a JSON manifest ({e})") from e
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        got = data.get("schema_version") if isinstance(data, dict) else None
+        raise ValueError(f"{p}: manifest schema_version {got} is not {SCHEMA_VERSION}")
     return DatamixManifest.model_validate(data)

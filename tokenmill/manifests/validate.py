@@ -63,6 +63,11 @@ def validate_manifest(path: str | Path, log: Callable[[str], None] | None = None
                 problems.append(f"{sc}: sidecar sha256 does not match the manifest")
             if log:
                 log(f"checked {s.path}")
+    listed = {(root / s.path).resolve() for s in m.shards()}
+    for p in sorted((root / "shards").rglob("*.bin")):
+        if p.resolve() not in listed:
+            problems.append(f"{p}: shard file not in the manifest (a loader globbing the "
+                            "folder would read it)")
     for q in m.quarantine:
         p = root / q.path
         if not p.exists():

@@ -39,8 +39,14 @@ def _run(args: argparse.Namespace) -> int:
     print()
     if res.reused_units == res.total_units:
         print("nothing to redo: every block was already done by an earlier run")
-    print(f"blocks: {res.total_units} ({res.reused_units} reused from an earlier run)   "
-          f"wall time: {res.seconds:.1f} s")
+    for p in res.recovered:
+        print(f"recomputed a corrupt or incomplete intermediate: {p}")
+    skipped = [f"{s.name}: {f}" for s in res.manifest.sources for f in s.skipped_files]
+    if skipped:
+        print(f"not read (unsupported file types): {'; '.join(skipped)}")
+    print(f"blocks: {res.total_units} ({res.reused_units} reused from an earlier run; "
+          f"read+normalize reused {res.reused_prepare}, tokenize reused "
+          f"{res.reused_tokenize})   wall time: {res.seconds:.1f} s")
     if not args.no_report:
         from tokenmill.pipeline.report import write_report
 

@@ -65,7 +65,7 @@ class SourceConfig(_Model):
     hub: str | None = Field(default=None, description="org/name@revision")
     allow_patterns: list[str] | None = None
     license: str | None = Field(default=None, description="overrides the dataset card's")
-    weight: float = 1.0
+    weight: float = Field(default=1.0, ge=0.0, description="mixture weight")
     text_field: str = "text"
     document_license: str | None = Field(
         default=None,
@@ -128,7 +128,7 @@ class FuzzyDedupConfig(_Model):
 
 
 class ShardConfig(_Model):
-    tokens_per_shard: int = 10_000_000
+    tokens_per_shard: int = Field(default=10_000_000, ge=1024)
     val_fraction: float = 0.01
 
     @field_validator("val_fraction")

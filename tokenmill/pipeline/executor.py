@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from typing import Any
 from tqdm import tqdm
 
 from tokenmill.manifests.schema import (
+    MANIFEST_NAME,
     DatamixManifest,
     QuarantineEntry,
     ShardEntry,
@@ -51,8 +53,8 @@ from tokenmill.tokenizers import identity
 
 log = logging.getLogger(__name__)
 
-PREPARE_VERSION = 1
-TOKENIZE_VERSION = 1
+PREPARE_VERSION = 2
+TOKENIZE_VERSION = 2
 WRITE_VERSION = 1
 
 
@@ -81,6 +83,9 @@ class RunResult:
     seconds: float
     reused_units: int  # blocks whose prepare and tokenize outputs were both reused
     total_units: int  # blocks in all
+    reused_prepare: int = 0
+    reused_tokenize: int = 0
+    recovered: list[str] = field(default_factory=list)  # corrupt intermediates recomputed
 
 
 def _file_stat(root: Path, rel: str) -> list:
@@ -207,6 +212,10 @@ def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
     for b, info in zip(blocks, infos, strict=True):
         b.tokenize_info = info
 
+    # From here the shards change: a manifest of an earlier run must not sit beside them
+    # (a crash now leaves no manifest, never a manifest that lies).
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    _remove_stale_sources(out_dir, {s.name for s in sources})
     shard_version = version_for_vocab(tok.n_vocab)
     write_specs = []
     for src in sources:
@@ -220,7 +229,26 @@ def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
     path = manifest.write(out_dir)
     reused = sum(1 for b in blocks if b.prepare_info.get("reused") and
                  b.tokenize_info.get("reused"))
-    return RunResult(path, manifest, time.perf_counter() - t0, reused, len(blocks))
+    res = RunResult(path, manifest, time.perf_counter() - t0, reused, len(blocks))
+    res.reused_prepare = sum(1 for b in blocks if b.prepare_info.get("reused"))
+    res.reused_tokenize = sum(1 for b in blocks if b.tokenize_info.get("reused"))
+    res.recovered = sorted({p for b in blocks for p in b.prepare_info.get("recovered", []) +
+                            b.tokenize_info.get("recovered", [])})
+    for p in res.recovered:
+        log.warning("recomputed a corrupt or incomplete intermediate: %s", p)
+    return res
+
+
+def _remove_stale_sources(out_dir: Path, names: set[str]) -> None:
+    """Shards and quarantine files of sources this datamix no longer has are deleted, so
+    that a glob over ``shards/`` (as modded-nanogpt's loader does) finds only this run's."""
+    for p in sorted((out_dir / "shards").glob("*")):
+        if p.is_dir() and p.name not in names:
+            log.warning("removing shards of a source no longer in the datamix: %s", p)
+            shutil.rmtree(p)
+    for p in sorted((out_dir / "quarantine").glob("*.parquet")):
+        if p.stem not in names:
+            p.unlink()
 
 
 def _deduplicate(cfg, blocks, work, progress) -> tuple[list[dict[str, list]], dict | None]:
@@ -321,7 +349,7 @@ def _manifest(cfg, tok, sources, blocks, written, fuzzy) -> DatamixManifest:
             tokens={s: sum(x.tokens for x in shards if x.split == s) for s in ("train", "val")},
             documents={s: sum(x.documents for x in shards if x.split == s)
                        for s in ("train", "val")},
-            shards=shards,
+            shards=shards, skipped_files=src.skipped_files,
             stages={"read": {"rows": read}, "read_errors": {"removed": read_errors},
                     **{n: {"docs_in": v["docs_in"], "docs_out": v["docs_out"],
                            "rejected": dict(sorted(v["rejected"].items()))}

@@ -33,6 +33,7 @@ class StageOutput:
     def __init__(self, work: str | os.PathLike, stage: str, digest: str) -> None:
         self.dir = Path(work) / stage
         self.digest = digest
+        self.problem: str | None = None  # why an existing output was not reusable
 
     def path(self, suffix: str) -> Path:
         return self.dir / f"{self.digest}{suffix}"
@@ -53,12 +54,15 @@ class StageOutput:
             for name, digest in done["files"].items():
                 p = self.dir / name
                 if not p.exists():
+                    self.problem = f"{p}: missing"
                     log.warning("intermediate %s is missing; recomputing", p)
                     return None
                 if sha256_file(p) != digest:
+                    self.problem = f"{p}: fails its checksum"
                     log.warning("intermediate %s fails its checksum; recomputing", p)
                     return None
         except (OSError, ValueError, KeyError) as e:
+            self.problem = f"{self.done_path}: unreadable ({e})"
             log.warning("intermediate record %s unreadable (%s); recomputing", self.done_path, e)
             return None
         return done

@@ -106,6 +106,8 @@ def _read_lines(path: Path, ctx: _RowContext, limit: int | None, skip: int) -> I
             if limit is not None and n_docs >= limit:
                 return
             line = line.rstrip(b"\r\n")
+            if row == 0 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]  # a UTF-8 byte order mark is not part of the first row
             if not line.strip():
                 continue  # blank lines are not rows
             n_docs += 1
@@ -186,15 +188,31 @@ def read_file(
 ) -> Iterator[Document | Rejection]:
     """Yield the documents (or rejected rows) of one data file, in file order.
 
+    A file that cannot be read to its end (truncated archive, corrupt parquet, no text
+    column) ends with one ``unreadable_file`` rejection naming the path and the row
+    where reading stopped; the rows before it are kept.
+
     ``skip`` rows are passed over first (line formats do not even parse them), which is
     how a resumed run jumps over the blocks it already finished.
 
-    Raises:
-        ValueError: the file's format is not supported, or a parquet file lacks the
-            text column (the file is named).
     """
     path = root / rel
     ctx = _RowContext(source, rel, text_field, max_document_bytes)
+    rows = 0
+    try:
+        for item in _read_any(path, rel, ctx, limit, skip):
+            rows += 1
+            yield item
+    except (OSError, EOFError, ValueError) as e:
+        # a truncated archive, a corrupt parquet file, a missing column: the rest of the
+        # file is quarantined as one row naming the file and where reading stopped
+        yield ctx.reject(skip + rows, "unreadable_file",
+                         detail=f"{path}: stopped after {skip + rows} rows: "
+                                f"{type(e).__name__}: {e}")
+
+
+def _read_any(path: Path, rel: str, ctx: _RowContext, limit: int | None,
+              skip: int) -> Iterator[Document | Rejection]:
     low = rel.lower()
     if low.endswith(_LINE_SUFFIXES):
         yield from _read_lines(path, ctx, limit, skip)

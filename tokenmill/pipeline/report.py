@@ -215,6 +215,10 @@ def write_report(output_dir: str | os.PathLike,
     import matplotlib.pyplot as plt
 
     out = Path(output_dir)
+    if out.is_file():  # the manifest.json itself, as `tokenmill manifest ...` accepts
+        out = out.parent
+    if manifest is None and not (out / "manifest.json").exists():
+        raise FileNotFoundError(f"{out}: no manifest.json (is this a `tokenmill run` output?)")
     if manifest is None:
         manifest = load_manifest(out)
     result = ReportResult(html=out / REPORT_NAME)

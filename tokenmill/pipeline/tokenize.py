@@ -21,6 +21,8 @@ def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
         lengths: int64[len(texts)], tokens per document, EOT included.
     """
     enc = get_encoding(encoding)
+    if not texts:
+        return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64)
     encoded = enc.encode_ordinary_batch(texts, num_threads=num_threads)
     lengths = np.fromiter((len(t) + 1 for t in encoded), dtype=np.int64, count=len(encoded))
     tokens = np.empty(int(lengths.sum()), dtype=np.uint32)

@@ -95,6 +95,8 @@ def prepare_unit(spec: dict[str, Any]) -> list[dict[str, Any]]:
             items = itertools.islice(_unit_items(spec, index * n), n + 1)
             done = {"info": _prepare_block(spec, out, items, n)}
             done["info"]["reused"] = False
+            if out.problem:
+                done["info"]["recovered"] = [out.problem]
         else:
             done["info"]["reused"] = True
         blocks.append({"digest": digest, "info": done["info"]})
@@ -164,6 +166,9 @@ def _prepare_block(spec: dict[str, Any], out: StageOutput, items, n: int) -> dic
                                       seed=f["seed"], ngram=f["ngram"],
                                       return_shingle_counts=True)
         sig = np.ascontiguousarray(sig, dtype="<u4").reshape(len(docs), f["num_perm"])
+        # a document shorter than one shingle is never called a near-duplicate: after
+        # shingle normalization '-1' and '1', or 'NULL' and 'null', would be "identical"
+        nsh = np.where([len(d.text.split()) >= f["ngram"] for d in docs], nsh, 0)
         cols["minhash"] = pa.array([row.tobytes() for row in sig], pa.binary(4 * f["num_perm"]))
         cols["shingles"] = pa.array(np.asarray(nsh, dtype=np.int64), pa.int64())
     out.dir.mkdir(parents=True, exist_ok=True)
@@ -242,8 +247,8 @@ def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
             twin, stage, detail = dups[k]
             removed[stage] += 1
             rejected.append(Rejection(key=k, source=spec["source"], stage=stage,
-                                      reason=f"{stage}:duplicate", duplicate_of=twin,
-                                      detail=detail))
+                                      reason=f"{stage}:duplicate", text=texts[i],
+                                      duplicate_of=twin, detail=detail))
         else:
             kept_idx.append(i)
     tokens, lengths = tokenize_batch([texts[i] for i in kept_idx], spec["tokenizer"])
@@ -267,7 +272,7 @@ def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
         "tokens": int(lengths.sum()),
     }
     out.commit([".tokens.parquet", ".quarantine.parquet"], info)
-    return info | {"reused": False}
+    return info | {"reused": False, "recovered": [out.problem] if out.problem else []}
 
 
 def write_source(spec: dict[str, Any]) -> dict[str, Any]:
