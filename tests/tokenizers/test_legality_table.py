@@ -145,5 +145,6 @@ def test_cli_query_prefix_stats(gpt2_table_path, capsys):
     assert main(["legality", "stats", "gpt2", "--table", folder]) == 0
     out = capsys.readouterr().out
     assert "impossible pairs" in out and "median" in out
-    with pytest.raises(ValueError, match="not one gpt2 token"):
-        main(["legality", "query", "gpt2", "Hyperparameter", "eter"])
+    # a user error: one line on stderr, exit code 2, no traceback
+    assert main(["legality", "query", "gpt2", "Hyperparameter", "eter"]) == 2
+    assert "not one gpt2 token" in capsys.readouterr().err
