@@ -42,6 +42,7 @@ READERS = {
     "wikipedia-wikitext-sample": lambda f: _files(f, "**/*.txt"),
     "python-docs-rst": lambda f: _files(f, "**/*.rst.txt"),
     "books-public-domain": lambda f: _files(f, "**/*.txt"),
+    "linux-docs-rst": lambda f: _files(f, "**/*.rst.txt"),
 }
 
 
