@@ -150,9 +150,10 @@ def _signature_bits(an: _Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pack(cross), pack(cand), kind1
 
 
-def byte_pair_merge(ranks: dict[bytes, int], piece: bytes) -> list[bytes]:
+def _bpe_steps(ranks: dict[bytes, int], piece: bytes):
     """tiktoken's ``byte_pair_merge`` in plain Python (lowest rank first, leftmost on ties),
-    without the whole-piece shortcut. Returns the parts."""
+    without the whole-piece shortcut: yields ``(parts, i, rank)`` before each merge of
+    ``parts[i]`` and ``parts[i + 1]``; ``parts`` is the final split once it is exhausted."""
     parts = [piece[i : i + 1] for i in range(len(piece))]
     while len(parts) > 1:
         best, bi = None, -1
@@ -162,7 +163,17 @@ def byte_pair_merge(ranks: dict[bytes, int], piece: bytes) -> list[bytes]:
                 best, bi = r, i
         if bi < 0:
             break
+        yield parts, bi, best
         parts[bi : bi + 2] = [parts[bi] + parts[bi + 1]]
+
+
+def byte_pair_merge(ranks: dict[bytes, int], piece: bytes) -> list[bytes]:
+    """tiktoken's ``byte_pair_merge`` in plain Python (lowest rank first, leftmost on ties),
+    without the whole-piece shortcut. Returns the parts."""
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    # the generator merges its list in place after each yield: the last one seen is final
+    for parts, _, _ in _bpe_steps(ranks, piece):  # noqa: B007
+        pass
     return parts
 
 
@@ -520,20 +531,12 @@ def explain_pair(an: _Analysis, a: int, b: int, possible: bool | None = None) ->
 def _merge_trace(ranks: dict[bytes, int], piece: bytes, cut: int):
     """First merge that crosses byte offset ``cut`` in byte_pair_merge(piece), with the final
     parts; None if no merge crosses it."""
-    parts = [piece[i : i + 1] for i in range(len(piece))]
     first = None
-    while len(parts) > 1:
-        best, bi = None, -1
-        for i in range(len(parts) - 1):
-            r = ranks.get(parts[i] + parts[i + 1])
-            if r is not None and (best is None or r < best):
-                best, bi = r, i
-        if bi < 0:
-            break
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    for parts, bi, rank in _bpe_steps(ranks, piece):  # noqa: B007 - merged in place
         start = sum(len(p) for p in parts[:bi])
         if first is None and start < cut < start + len(parts[bi]) + len(parts[bi + 1]):
-            first = (parts[bi], parts[bi + 1], best)
-        parts[bi : bi + 2] = [parts[bi] + parts[bi + 1]]
+            first = (parts[bi], parts[bi + 1], rank)
     return None if first is None else (first, parts)
 
 
