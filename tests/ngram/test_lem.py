@@ -118,3 +118,29 @@ def test_lemstream_from_an_iterable(first):
         want_ml, want_nt = inline.step(b)
         np.testing.assert_array_equal(ml, want_ml)
         np.testing.assert_array_equal(nt, want_nt)
+
+
+@pytest.mark.parametrize("mode,step", [("position", 0), ("step", 512)])
+def test_wide_rows_repetitive_text_and_empty_batches(first, mode, step):
+    """k = 8 needs a two-cache-line state row; a stretch repeated many times drives long
+    suffix-link paths, clones of hashed (high-degree) states and table growth; empty
+    batches change nothing."""
+    rng = np.random.default_rng(3)
+    motif = first[1000:1400]
+    parts = [first[:20_000]]
+    for r in range(12):  # near-copies: the same stretch with a few tokens changed
+        m = motif.copy()
+        m[rng.integers(0, m.size, 3)] = rng.integers(0, 500, 3)
+        parts.append(m)
+    x = np.ascontiguousarray(np.concatenate(parts))
+    lem = OnlineLEM(EOT, k=8, mode=mode, window=0)
+    chunk = step or 3001
+    got = []
+    for i in range(0, x.size, chunk):
+        e_len, e_next = lem.step(x[i:i][None, :])
+        assert e_len.shape == (1, 0) and e_next.shape == (1, 0, 8)
+        got.append(lem.step(x[i:i + chunk]))
+    want_len, want_next = lem_oracle(x, EOT, 8, step, 0)
+    np.testing.assert_array_equal(np.concatenate([g[0] for g in got]), want_len)
+    np.testing.assert_array_equal(np.concatenate([g[1] for g in got]), want_next)
+    assert want_len.max() >= 100 and (want_next[:, 7] >= 0).sum() > 1000

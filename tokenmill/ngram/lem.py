@@ -12,10 +12,13 @@ For every position ``i`` of the stream it returns
 Exact, not hashed: it is a suffix automaton (Blumer et al., 1985, "The smallest automaton
 recognizing the subwords of a text"; online construction as in Crochemore & Hancart)
 built online over the stream. When token ``i`` is appended, the suffix link of the new
-state is the longest suffix of ``tokens[..i]`` that occurred before ``i``; each state
-keeps the ``k`` most recent end positions of its strings, pushed while walking the
-suffix-link path of the new state (cost proportional to that path, i.e. to the match
-length, amortised O(1) for the automaton itself). Hot loops are numba.
+state is the longest suffix of ``tokens[..i]`` that occurred before ``i``. Each state keeps
+the tokens that followed its ``k`` most recent occurrences; an occurrence ending at ``j``
+is pushed along the suffix-link path of its state once its follower ``tokens[j + 1]`` is
+in the stream (cost proportional to that path, about 4.5 states per token in natural
+text). A state is one 64-byte row (length, link, degree, up to 3 out-edges inline and the
+followers), so most walk steps cost one cache line; the out-edges of states with more than
+3 go to an open-addressing table (Knuth's multiplicative hashing). Hot loops are numba.
 
 Causality (``mode``):
 
@@ -39,16 +42,18 @@ rebuilt whenever the insert position ``p`` reaches a multiple of ``H``, from the
 tokens before it. So after inserting position ``p`` the visible history is
 ``[S, p]`` with ``S = max(0, (p // H - 1) * H)``: between ``H`` and ``W`` tokens, and an
 earlier occurrence must lie entirely inside it (``p = i`` in position mode, ``p = P - 1``
-in step mode). Memory: a transition hash table of ``2**ceil(log2(4 W))`` 16-byte slots
-allocated up front (3 W edges at most, load <= 3/4; 256 MB for the default W = 4 M),
-plus states of ``16 + 4 k`` bytes (one interleaved row each) grown on demand up to
-``2 W`` (real text needs ~ 1.3 per token: ~ 170 MB at W = 4 M, k = 4), plus the token
-history (4 B per token).
+in step mode). Memory: a transition table of ``2**ceil(log2(4 W))`` 16-byte slots
+(256 MB address space for the default W = 4 M; zero-filled lazily, and only the edges of
+states with more than 3 go there, about 1 per token), plus 64-byte states (``k <= 6``)
+grown on demand up to ``2 W`` (real text needs ~ 1.35 per token: ~ 350 MB at W = 4 M),
+plus the token history (4 B per token).
 ``window=0`` never evicts (memory then grows with the stream). Each token is inserted at
 most twice (live and in one rebuild).
 
-Cost: amortised O(1) automaton work per token plus the suffix-link path pushed for the
-``k`` most recent occurrences, which is short in natural text (~ 4 states) but grows in
+Cost: amortised O(1) automaton work per token (measured on 2 M gpt2 tokens of the
+benchmark stream: 2.7 suffix-link walk steps, 0.35 clones, 1.35 states, 2.1 edges) plus
+the suffix-link path pushed for the ``k`` most recent occurrences, which is short in
+natural text (~ 4.5 states) but grows in
 highly repetitive text (a stretch repeated r times in the window makes it ~ r). Measured
 figures: ``benchmarks/bench_ngram.py``.
 """
@@ -63,7 +68,15 @@ import numpy as np
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 
 # meta slots
-_NSTATES, _LAST, _NEDGES, _S, _NEXT, _HBASE, _HLEN, _DOC, _BITS = range(9)
+(_NSTATES, _LAST, _NEDGES, _S, _NEXT, _HBASE, _HLEN, _DOC, _BITS, _PENDING) = range(10)
+_NMETA = 10
+
+# state row columns (int32): string length, suffix link, head of the hashed-edge list,
+# out-degree, then _INLINE (token, target) edge pairs, then the k recent followers
+_LEN, _LINK, _HEAD, _DEG = range(4)
+_INLINE = 3
+_E0 = 4
+_R0 = _E0 + 2 * _INLINE
 
 
 # --------------------------------------------------------------------------- automaton
@@ -75,204 +88,258 @@ def _slot(key, bits):
 
 
 @nb.njit(cache=True, inline="always")
-def _probe(hkeys, bits, state, tok):
-    """Slot of transition (state, tok): where its key is, or the empty slot it would use
-    (linear probing)."""
-    key = (np.int64(state) << 32) | np.int64(tok)
+def _hkey(state, tok):
+    # + 1: a zero key marks an empty slot, so a fresh table is np.zeros (pages mapped
+    # lazily) and a reset clears only the slots in use
+    return ((np.int64(state) << 32) | np.int64(tok)) + 1
+
+
+@nb.njit(cache=True, inline="always")
+def _hslot(hkeys, bits, state, tok):
+    """Slot of hashed edge (state, tok), or of the empty slot it would take."""
+    key = _hkey(state, tok)
     mask = (np.int64(1) << bits) - 1
     s = _slot(key, bits)
     while True:
         k = hkeys[s]
-        if k == key or k == -1:
+        if k == key or k == 0:
             return s
         s = (s + 1) & mask
 
 
-@nb.njit(cache=True)
-def _get(hkeys, hval, bits, state, tok):
-    s = _probe(hkeys, bits, state, tok)
-    return hval[s] if hkeys[s] != -1 else -1
+@nb.njit(cache=True, inline="always")
+def _find(st, hkeys, hval, bits, v, c):
+    """Target of edge (v, c), or -1. Low-degree states hold their edges in their own row
+    (one cache line with the length and link already read); the others in the table."""
+    d = st[v, _DEG]
+    if d <= _INLINE:
+        for e in range(d):
+            if st[v, _E0 + 2 * e] == c:
+                return st[v, _E0 + 2 * e + 1]
+        return -1
+    s = _hslot(hkeys, bits, v, c)
+    return hval[s] if hkeys[s] != 0 else -1
 
 
 @nb.njit(cache=True, inline="always")
-def _put(hkeys, hval, hnext, head, meta, s, state, tok, target):
-    """Fill slot s (from _probe) with (state, tok) -> target."""
-    if hkeys[s] == -1:
-        hkeys[s] = (np.int64(state) << 32) | np.int64(tok)
-        hnext[s] = head[state]
-        head[state] = s
-        meta[_NEDGES] += 1
+def _hput(st, hkeys, hval, hnext, bits, v, c, target):
+    """Add the absent edge (v, c) -> target to the table and to v's hashed-edge list."""
+    s = _hslot(hkeys, bits, v, c)
+    hkeys[s] = _hkey(v, c)
     hval[s] = target
+    hnext[s] = st[v, _HEAD]
+    st[v, _HEAD] = s
 
 
 @nb.njit(cache=True)
-def _set(hkeys, hval, hnext, head, meta, state, tok, target):
-    """Insert or overwrite the transition (state, tok) -> target."""
-    s = _probe(hkeys, meta[_BITS], state, tok)
-    _put(hkeys, hval, hnext, head, meta, s, state, tok, target)
+def _add_edge(st, hkeys, hval, hnext, meta, v, c, target):
+    """Add the absent edge (v, c) -> target; the (_INLINE + 1)-th edge moves the row's
+    edges to the table."""
+    bits = meta[_BITS]
+    d = st[v, _DEG]
+    if d < _INLINE:
+        st[v, _E0 + 2 * d] = c
+        st[v, _E0 + 2 * d + 1] = target
+    else:
+        if d == _INLINE:
+            st[v, _HEAD] = -1
+            for e in range(_INLINE):
+                _hput(st, hkeys, hval, hnext, bits, v, st[v, _E0 + 2 * e],
+                      st[v, _E0 + 2 * e + 1])
+        _hput(st, hkeys, hval, hnext, bits, v, c, target)
+    st[v, _DEG] = d + 1
+    meta[_NEDGES] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def _redirect(st, hkeys, hval, bits, v, c, old, new):
+    """If edge (v, c) leads to old, point it to new and return True."""
+    d = st[v, _DEG]
+    if d <= _INLINE:
+        for e in range(d):
+            if st[v, _E0 + 2 * e] == c:
+                if st[v, _E0 + 2 * e + 1] != old:
+                    return False
+                st[v, _E0 + 2 * e + 1] = new
+                return True
+        return False
+    s = _hslot(hkeys, bits, v, c)
+    if hkeys[s] == 0 or hval[s] != old:
+        return False
+    hval[s] = new
+    return True
+
+
+@nb.njit(cache=True, inline="always")
+def _new_state(st, meta, length, link):
+    v = meta[_NSTATES]
+    meta[_NSTATES] += 1
+    st[v, _LEN] = length
+    st[v, _LINK] = link
+    st[v, _HEAD] = -1
+    st[v, _DEG] = 0
+    for r in range(_R0, st.shape[1]):
+        st[v, r] = -1
+    return v
 
 
 @nb.njit(cache=True)
-def _reset(slen, link, head, recent, hkeys, meta):
-    hkeys[:] = -1
-    slen[0] = 0
-    link[0] = -1
-    head[0] = -1
-    recent[0, :] = -1
-    meta[_NSTATES] = 1
+def _reset(st, hkeys, hnext, meta):
+    """Empty automaton: clear the table slots in use (walking the hashed-edge lists)."""
+    for v in range(meta[_NSTATES]):
+        if st[v, _DEG] > _INLINE:
+            s = st[v, _HEAD]
+            while s != -1:
+                hkeys[s] = 0
+                s = hnext[s]
+    meta[_NSTATES] = 0
+    _new_state(st, meta, 0, -1)
     meta[_LAST] = 0
     meta[_NEDGES] = 0
+    meta[_PENDING] = -1
 
 
 @nb.njit(cache=True)
-def _extend(slen, link, head, recent, hkeys, hval, hnext, meta, c, pos):
-    """Append token c at global position pos; returns the state of the longest suffix of
-    the text that occurred before pos (its length is slen[link[cur]]), or 0 (root)."""
+def _extend(st, hkeys, hval, hnext, meta, c):
+    """Append token c (online construction of Blumer et al.); returns the state of the
+    longest suffix of the text that occurred before (its length is st[link[cur], 0]), or
+    0 (root)."""
     bits = meta[_BITS]
     last = meta[_LAST]
-    cur = meta[_NSTATES]
-    meta[_NSTATES] += 1
-    slen[cur] = slen[last] + 1
-    head[cur] = -1
-    for r in range(recent.shape[1]):
-        recent[cur, r] = -1
+    cur = _new_state(st, meta, st[last, _LEN] + 1, 0)
     p = last
     q = -1
     while p != -1:
-        s = _probe(hkeys, bits, p, c)
-        if hkeys[s] != -1:
-            q = hval[s]
+        q = _find(st, hkeys, hval, bits, p, c)
+        if q != -1:
             break
-        _put(hkeys, hval, hnext, head, meta, s, p, c, cur)
-        p = link[p]
-    if p == -1:
-        link[cur] = 0
-    else:
-        if slen[p] + 1 == slen[q]:
-            link[cur] = q
+        _add_edge(st, hkeys, hval, hnext, meta, p, c, cur)
+        p = st[p, _LINK]
+    if p != -1:
+        if st[p, _LEN] + 1 == st[q, _LEN]:
+            st[cur, _LINK] = q
         else:
-            clone = meta[_NSTATES]
-            meta[_NSTATES] += 1
-            slen[clone] = slen[p] + 1
-            head[clone] = -1
-            e = head[q]
-            while e != -1:
-                _set(hkeys, hval, hnext, head, meta, clone, hkeys[e] & 0xFFFFFFFF, hval[e])
-                e = hnext[e]
-            link[clone] = link[q]
-            for r in range(recent.shape[1]):
-                recent[clone, r] = recent[q, r]
-            while p != -1:
-                s = _probe(hkeys, bits, p, c)
-                if hkeys[s] == -1 or hval[s] != q:
-                    break
-                hval[s] = clone
-                p = link[p]
-            link[q] = clone
-            link[cur] = clone
+            clone = _new_state(st, meta, st[p, _LEN] + 1, st[q, _LINK])
+            d = st[q, _DEG]
+            if d <= _INLINE:
+                for e in range(_E0, _E0 + 2 * d):
+                    st[clone, e] = st[q, e]
+                st[clone, _DEG] = d
+                meta[_NEDGES] += d
+            else:
+                s = st[q, _HEAD]
+                while s != -1:
+                    _add_edge(st, hkeys, hval, hnext, meta, clone,
+                              np.int32((hkeys[s] - 1) & 0xFFFFFFFF), hval[s])
+                    s = hnext[s]
+            for r in range(_R0, st.shape[1]):
+                st[clone, r] = st[q, r]
+            while p != -1 and _redirect(st, hkeys, hval, bits, p, c, q, clone):
+                p = st[p, _LINK]
+            st[q, _LINK] = clone
+            st[cur, _LINK] = clone
     meta[_LAST] = cur
-    return link[cur]
+    return st[cur, _LINK]
 
 
 @nb.njit(cache=True)
-def _push_recent(link, recent, v, pos):
-    """Push pos as the most recent end position of v and all its suffix-link ancestors."""
-    k = recent.shape[1]
+def _push(st, v, follower):
+    """Record a new most recent occurrence, followed by token ``follower``, for v and all
+    its suffix-link ancestors (the states whose end positions gain this one)."""
+    w = st.shape[1]
     while v > 0:
-        for r in range(k - 1, 0, -1):
-            recent[v, r] = recent[v, r - 1]
-        recent[v, 0] = pos
-        v = link[v]
+        for r in range(w - 1, _R0, -1):
+            st[v, r] = st[v, r - 1]
+        st[v, _R0] = follower
+        v = st[v, _LINK]
 
 
 @nb.njit(cache=True)
-def _answer(slen, link, recent, hist, hbase, v, L, out_len, out_next, o):
+def _answer(st, k, v, L, out_len, out_next, o):
     """Write match length L of state v (walking up to the state holding length L)."""
-    k = recent.shape[1]
     if L <= 0:
         out_len[o] = 0
         for r in range(k):
             out_next[o, r] = -1
         return
-    while slen[link[v]] >= L:
-        v = link[v]
+    while st[st[v, _LINK], _LEN] >= L:
+        v = st[v, _LINK]
     out_len[o] = L
     for r in range(k):
-        j = recent[v, r]
-        out_next[o, r] = -1 if j < 0 else hist[j + 1 - hbase]
+        out_next[o, r] = st[v, _R0 + r]
 
 
 @nb.njit(cache=True)
-def _insert(slen, link, head, recent, hkeys, hval, hnext, meta, hist, half, eot, pos):
-    """Insert hist token at global position pos, rebuilding first at window boundaries.
-    Returns the answer state (the link of the new state) before recents are pushed."""
+def _insert(st, hkeys, hval, hnext, meta, hist, half, pos):
+    """Insert hist token at global position pos, rebuilding first at window boundaries
+    (from the H tokens before pos, each pushed with its follower). Returns the answer
+    state (the link of the new state)."""
+    hb = meta[_HBASE]
     if half > 0 and pos > 0 and pos % half == 0:
         start = pos - half
-        _reset(slen, link, head, recent, hkeys, meta)
+        _reset(st, hkeys, hnext, meta)
         for j in range(start, pos):
-            v = _extend(slen, link, head, recent, hkeys, hval, hnext, meta,
-                        hist[j - meta[_HBASE]], j)
-            _push_recent(link, recent, v, j)
-            recent[meta[_LAST], 0] = j
+            _extend(st, hkeys, hval, hnext, meta, hist[j - hb])
+            _push(st, meta[_LAST], hist[j + 1 - hb])
         meta[_S] = start
-    v = _extend(slen, link, head, recent, hkeys, hval, hnext, meta, hist[pos - meta[_HBASE]],
-                pos)
-    return v
+    return _extend(st, hkeys, hval, hnext, meta, hist[pos - hb])
 
 
 @nb.njit(cache=True)
-def _run_position(slen, link, head, recent, hkeys, hval, hnext, meta, hist, half, eot,
-                  out_len, out_next):
-    """Per-position mode over the hist tokens [meta[_NEXT], hbase + hlen)."""
-    end = meta[_HBASE] + meta[_HLEN]
+def _run_position(st, hkeys, hval, hnext, meta, hist, half, eot, k, out_len, out_next):
+    """Per-position mode over the hist tokens [meta[_NEXT], hbase + hlen). Position i's
+    occurrence is pushed when token i + 1 (its follower) is inserted."""
+    hb = meta[_HBASE]
+    end = hb + meta[_HLEN]
     o = 0
     for pos in range(meta[_NEXT], end):
-        c = hist[pos - meta[_HBASE]]
+        c = hist[pos - hb]
         if c == eot:
             meta[_DOC] = pos
-        v = _insert(slen, link, head, recent, hkeys, hval, hnext, meta, hist, half, eot, pos)
-        L = slen[v]
+        v = _insert(st, hkeys, hval, hnext, meta, hist, half, pos)
+        if meta[_PENDING] >= 0:  # (a rebuild pushed pos - 1 itself and cleared it)
+            _push(st, meta[_PENDING], c)
+        L = st[v, _LEN]
         cap = pos - meta[_DOC] + 1
         if L > cap:
             L = cap
-        _answer(slen, link, recent, hist, meta[_HBASE], v, L, out_len, out_next, o)
-        _push_recent(link, recent, v, pos)
-        recent[meta[_LAST], 0] = pos
+        _answer(st, k, v, L, out_len, out_next, o)
+        meta[_PENDING] = meta[_LAST]
         o += 1
     meta[_NEXT] = end
 
 
 @nb.njit(cache=True)
-def _run_step(slen, link, head, recent, hkeys, hval, hnext, meta, hist, half, eot,
-              step_start, out_len, out_next):
-    """Per-step mode: insert hist tokens [meta[_NEXT], step_start) (the earlier steps),
-    then match positions [step_start, hbase + hlen) against the automaton."""
+def _run_step(st, hkeys, hval, hnext, meta, hist, half, eot, k, step_start, out_len,
+              out_next):
+    """Per-step mode: insert hist tokens [meta[_NEXT], step_start) (the earlier steps,
+    each pushed with its follower, known), then match positions [step_start, hbase + hlen)
+    against the automaton."""
+    hb = meta[_HBASE]
     for pos in range(meta[_NEXT], step_start):
-        if hist[pos - meta[_HBASE]] == eot:
+        if hist[pos - hb] == eot:
             meta[_DOC] = pos
-        v = _insert(slen, link, head, recent, hkeys, hval, hnext, meta, hist, half, eot, pos)
-        _push_recent(link, recent, v, pos)
-        recent[meta[_LAST], 0] = pos
+        _insert(st, hkeys, hval, hnext, meta, hist, half, pos)
+        _push(st, meta[_LAST], hist[pos + 1 - hb])
     meta[_NEXT] = step_start
     bits = meta[_BITS]
     # traversal state for position step_start - 1: the whole text, capped at its document
     v = meta[_LAST]
-    L = slen[v]
+    L = st[v, _LEN]
     if step_start > 0:
         cap = step_start - 1 - meta[_DOC] + 1
         if L > cap:
             L = cap
-        while v > 0 and slen[link[v]] >= L:
-            v = link[v]
-    hbase = meta[_HBASE]
-    end = hbase + meta[_HLEN]
+        while v > 0 and st[st[v, _LINK], _LEN] >= L:
+            v = st[v, _LINK]
+    end = hb + meta[_HLEN]
     o = 0
     for pos in range(step_start, end):
-        c = hist[pos - hbase]
+        c = hist[pos - hb]
         if c == eot:  # a match may hold EOT only as its first token
             v, L = 0, 0
         while True:
-            t = _get(hkeys, hval, bits, v, c)
+            t = _find(st, hkeys, hval, bits, v, c)
             if t != -1:
                 v = t
                 L += 1
@@ -280,9 +347,9 @@ def _run_step(slen, link, head, recent, hkeys, hval, hnext, meta, hist, half, eo
             if v == 0:
                 L = 0
                 break
-            v = link[v]
-            L = slen[v]
-        _answer(slen, link, recent, hist, hbase, v, L, out_len, out_next, o)
+            v = st[v, _LINK]
+            L = st[v, _LEN]
+        _answer(st, k, v, L, out_len, out_next, o)
         o += 1
 
 
@@ -296,6 +363,17 @@ def _compact(hist, meta, keep_from):
     hist[:n] = hist[shift:shift + n]
     meta[_HBASE] = keep_from
     meta[_HLEN] = n
+
+
+@nb.njit(cache=True)
+def _rehash(o_hkeys, o_hval, st, hkeys, hval, hnext, bits, nstates):
+    for v in range(nstates):
+        st[v, _HEAD] = -1
+    for s in range(o_hkeys.size):
+        key = o_hkeys[s]
+        if key != 0:
+            _hput(st, hkeys, hval, hnext, bits, np.int64((key - 1) >> 32),
+                  np.int32((key - 1) & 0xFFFFFFFF), o_hval[s])
 
 
 def _bits_for(n_tokens: int) -> int:
@@ -327,28 +405,27 @@ class OnlineLEM:
             raise ValueError(f"window must be 0 (unbounded) or >= 2, not {window}")
         self.eot, self.k, self.mode, self.window = int(eot), int(k), mode, int(window)
         self.half = window // 2
-        self.meta = np.zeros(9, np.int64)
-        self.meta[_DOC] = 0
-        self._st = np.zeros((0, 4 + self.k), np.int32)
+        self.meta = np.zeros(_NMETA, np.int64)
+        self._st = np.zeros((0, _R0 + self.k), np.int32)
         self._grow_states(1 << 16)
         # windowed: the transition table is allocated once at its bound (3 W edges at load
-        # <= 3/4), as rehashing while the automaton grows costs more than it saves
+        # <= 3/4), as rehashing while the automaton grows costs more than it saves; it is
+        # np.zeros, so only the pages that hashed edges touch are ever mapped
         self._grow_table(_bits_for(window) if window else 16)
-        _reset(self._slen, self._link, self._head, self._recent, self._hkeys, self.meta)
+        _reset(self._st, self._hkeys, self._hnext, self.meta)
         self.hist = np.zeros(1 << 16, np.int32)
 
     # -- storage: grown on demand (by doubling), never beyond what the window needs
     def _grow_states(self, cap: int) -> None:
-        # interleaved rows (len, link, head, pad, recent[0..k)): one state is one cache
-        # line or less, for the automaton walk and the recent-occurrence pushes alike
+        # one row per state: (len, link, head, degree, 3 inline edges, k followers), padded
+        # to a 64-byte cache line and aligned to one, so a walk step costs one line
         n = self._st.shape[0]
-        st = np.zeros((cap, 4 + self.k), np.int32)
-        st[:n] = self._st
-        st[n:, 2] = -1
-        st[n:, 4:] = -1
+        width = max(16, -(-(_R0 + self.k) // 16) * 16)
+        raw = np.zeros(cap * width + 16, np.int32)
+        off = (-raw.ctypes.data % 64) // 4
+        st = raw[off:off + cap * width].reshape(cap, width)
+        st[:n] = self._st[:n] if self._st.shape[1] == width else 0
         self._st = st
-        self._slen, self._link, self._head = st[:, 0], st[:, 1], st[:, 2]
-        self._recent = st[:, 4:]
 
     def _grow_table(self, bits: int) -> None:
         # interleaved: a slot's (key int64, target int32, next edge int32) share 16 bytes
@@ -356,13 +433,11 @@ class OnlineLEM:
         hkeys = np.ndarray((1 << bits,), np.int64, buf, 0, (16,))
         hval = np.ndarray((1 << bits,), np.int32, buf, 8, (16,))
         hnext = np.ndarray((1 << bits,), np.int32, buf, 12, (16,))
-        hkeys[:] = -1
         old = getattr(self, "_hkeys", None)
         self.meta[_BITS] = bits
-        if old is not None:  # re-insert every edge; the per-state edge lists are rebuilt
-            self._head[: int(self.meta[_NSTATES])] = -1
-            self.meta[_NEDGES] = 0
-            _rehash(old, self._hval, hkeys, hval, hnext, self._head, self.meta)
+        if old is not None:  # re-insert every hashed edge; their lists are rebuilt
+            _rehash(old, self._hval, self._st, hkeys, hval, hnext, bits,
+                    int(self.meta[_NSTATES]))
         self._buf, self._hkeys, self._hval, self._hnext = buf, hkeys, hval, hnext
 
     def _reserve(self, n_new: int) -> None:
@@ -381,8 +456,7 @@ class OnlineLEM:
 
     @property
     def arrays(self) -> tuple:
-        return (self._slen, self._link, self._head, self._recent, self._hkeys, self._hval,
-                self._hnext)
+        return (self._st, self._hkeys, self._hval, self._hnext)
 
     def _append(self, toks: np.ndarray) -> None:
         m = self.meta
@@ -423,23 +497,16 @@ class OnlineLEM:
         self._append(flat)
         out_len = np.empty(flat.size, np.int32)
         out_next = np.empty((flat.size, self.k), np.int32)
-        slen, link, head, recent, hkeys, hval, hnext = self.arrays
+        if flat.size == 0:  # (a step's followers must be known before it is inserted)
+            return out_len.reshape(a.shape), out_next.reshape(*a.shape, self.k)
         if self.mode == "position":
-            _run_position(slen, link, head, recent, hkeys, hval, hnext, self.meta, self.hist,
-                          self.half, self.eot, out_len, out_next)
+            _run_position(*self.arrays, self.meta, self.hist, self.half, self.eot, self.k,
+                          out_len, out_next)
         else:
-            _run_step(slen, link, head, recent, hkeys, hval, hnext, self.meta, self.hist,
-                      self.half, self.eot, start, out_len, out_next)
+            _run_step(*self.arrays, self.meta, self.hist, self.half, self.eot, self.k, start,
+                      out_len, out_next)
         return out_len.reshape(a.shape), out_next.reshape(*a.shape, self.k)
 
-
-@nb.njit(cache=True)
-def _rehash(o_hkeys, o_hval, hkeys, hval, hnext, head, meta):
-    for s in range(o_hkeys.size):
-        key = o_hkeys[s]
-        if key != -1:
-            _set(hkeys, hval, hnext, head, meta, np.int32(key >> 32), key & 0xFFFFFFFF,
-                 o_hval[s])
 
 
 # --------------------------------------------------------------------------- oracle
