@@ -128,7 +128,7 @@ def test_wide_rows_repetitive_text_and_empty_batches(first, mode, step):
     rng = np.random.default_rng(3)
     motif = first[1000:1400]
     parts = [first[:20_000]]
-    for r in range(12):  # near-copies: the same stretch with a few tokens changed
+    for _ in range(12):  # near-copies: the same stretch with a few tokens changed
         m = motif.copy()
         m[rng.integers(0, m.size, 3)] = rng.integers(0, 500, 3)
         parts.append(m)

@@ -21,6 +21,7 @@ from tokenmill.pipeline.minhash import (
     fuzzy_dedup,
     lsh_params,
     minhash_signatures,
+    murmur64a,
     normalize_for_shingles,
     shingle_hash32,
     shingles,
@@ -56,15 +57,60 @@ def ray_2cpu():
 
 
 # --------------------------------------------------------------------------- hashing
+def _smhasher_verification(hash64) -> int:
+    """smhasher's VerificationTest: hash the keys {}, {0}, {0, 1}, ... {0..254} with seed
+    256 - len, hash the concatenated 64-bit results with seed 0; the low 32 bits."""
+    key = bytes(range(256))
+    out = b"".join(hash64(key[:i], 256 - i).to_bytes(8, "little") for i in range(256))
+    return hash64(out, 0) & 0xFFFFFFFF
+
+
 def test_hash_known_vectors():
     # fmix32 is MurmurHash3's finalizer (smhasher): fmix32(0) = 0, fmix32(1) = 0x514E28B7
     assert fmix32(0) == 0 and fmix32(1) == 0x514E28B7
-    # words: FNV-1a 32 (FNV-1a("hello") = 0x4F9F2CAB, FNV-1a("") = 0x811C9DC5) + fmix32
-    assert word_hash32(b"hello") == fmix32(0x4F9F2CAB)
-    assert word_hash32(b"") == fmix32(0x811C9DC5)
+    # words: MurmurHash64A, checked with smhasher's verification value for it ("Murmur2B")
+    assert _smhasher_verification(murmur64a) == 0x1F0D3804
+    assert word_hash32(b"hello") == murmur64a(b"hello") & 0xFFFFFFFF
+    assert word_hash32(b"") == 0  # no blocks, length 0: every step keeps 0
     # shingles: polynomial in SHINGLE_BASE over the word hashes, then fmix32
     h1, h2 = word_hash32(b"hello"), word_hash32(b"world")
     assert shingle_hash32(b"hello world") == fmix32((h1 * SHINGLE_BASE + h2) % 2**32)
+
+
+def test_kernel_word_lengths_and_block_edges():
+    """The kernel's word hash paths (under 8 bytes, 8-16, longer) and its 64-byte ASCII
+    blocks: words of every length from 1 to 70 bytes, ASCII and not, at every offset
+    against block edges, with non-ASCII bytes and NFKC expansions near the edges; also
+    through the kernel directly with no padding after the last document."""
+    from tokenmill.pipeline import minhash as mh
+
+    rng = random.Random(5)
+    alphabet = "abcXYZ019" + "éßДж中文ﬁ①Ａ" + "\u2019"
+    texts = []
+    for n in range(1, 71):
+        texts.append(" ".join("q" * n for _ in range(7)))
+        texts.append(" ".join("É" * n for _ in range(3)) + " " + "x" * n)
+    for pad in range(70):
+        texts.append("." * pad + " ".join("w" + "k" * (pad % 19) for _ in range(9)) + "é z")
+        texts.append("y" * pad + "\u00a0" + "Ω" * (pad % 5) + " tail" * 6)
+    for _ in range(300):
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+                 for _ in range(rng.randint(1, 40))]
+        texts.append(rng.choice([" ", "  ", ", ", "\n", "—"]).join(words))
+    sig = minhash_signatures(texts, num_perm=32, seed=3, ngram=2)
+    for t, row in zip(texts, sig, strict=True):
+        m = MinHash(num_perm=32, seed=3, hashfunc=shingle_hash32)
+        m.update_batch(shingles(t, 2))
+        assert np.array_equal(m.hashvalues, row), repr(t[:80])
+    # the kernel on unpadded bytes (the last document's tail read byte by byte)
+    a, b = mh._permutations(32, 3)
+    for t, row in zip(texts[::17], sig[::17], strict=True):
+        raw = np.frombuffer(t.encode("utf-8", "surrogatepass"), np.uint8)
+        out = np.empty((1, 32), np.uint32)
+        nsh = np.empty(1, np.int64)
+        mh._signatures_kernel(raw, np.array([0, raw.size], np.int64), 2, a, b,
+                              mh._char_tables(), out, nsh)
+        assert np.array_equal(out[0], row), repr(t[:80])
 
 
 def test_signatures_equal_datasketch_on_real_and_naughty_text():

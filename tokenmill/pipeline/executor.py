@@ -53,7 +53,7 @@ from tokenmill.tokenizers import identity
 
 log = logging.getLogger(__name__)
 
-PREPARE_VERSION = 2
+PREPARE_VERSION = 3
 TOKENIZE_VERSION = 2
 WRITE_VERSION = 1
 

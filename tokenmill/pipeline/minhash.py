@@ -24,7 +24,7 @@ API (what the executor calls)
     depend on the order of the inputs or on the number of Ray workers. Ray: uses the
     running Ray (if none is initialized, a new local one with at most 2 CPUs:
     ``address="local"``, never a cluster joined by accident); signatures are computed in the
-    calling process (numba, one thread; about 20,000 documents per CPU-second on
+    calling process (numba, one thread; about 57,000 documents per CPU-second on
     linux-docs + cc-main, see benchmarks/bench_minhash.py).
 
 :class:`FuzzyDedup` wraps the same call as a :class:`~tokenmill.pipeline.step.PipelineStep`
@@ -48,7 +48,7 @@ datasketch interoperability
 Signatures are bit-identical to
 ``datasketch.MinHash(num_perm, seed, hashfunc=shingle_hash32, scheme="affine32")`` updated
 with the UTF-8 bytes of every shingle (``" ".join(words[i:i + ngram])``): the shingle's
-32-bit hash (:func:`shingle_hash32`, a rolling polynomial of its words' FNV-1a hashes),
+32-bit hash (:func:`shingle_hash32`, a polynomial of its words' MurmurHash64A hashes),
 datasketch's fmix32 pre-mix, then ``a * h + b mod 2**32`` with datasketch's own
 permutation parameters. ``to_lean_minhash(sig[i], seed)`` gives a
 ``LeanMinHash`` usable in ``datasketch.MinHashLSH``.
@@ -66,8 +66,10 @@ duplicate. A chain A~B~C~D where A and D are unrelated therefore keeps A and C.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
+import sys
 import time
 import unicodedata
 from collections import Counter
@@ -77,13 +79,16 @@ from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir as llvm_ir
+from numba.core import types
+from numba.extending import intrinsic
 
 from tokenmill.pipeline.step import Document, PipelineStep
 
 MAX_HASH32 = np.uint32(0xFFFFFFFF)
 SCHEME = "affine32"
 HASH_NAME = ("shingle_hash32: fmix32 of a base-0x9E3779B1 polynomial of the words' "
-             "fmix32(fnv1a_32); datasketch affine32 permutations")
+             "murmur64a (low 32 bits); datasketch affine32 permutations")
 
 _NON_WORD = re.compile(r"[\W_]+")
 
@@ -149,12 +154,37 @@ def fmix32(h: int) -> int:
     return h ^ (h >> 16)
 
 
+MURMUR64A_M = 0xC6A4A7935BD1E995  # MurmurHash64A's multiplier (r = 47)
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+def murmur64a(data: bytes, seed: int = 0) -> int:
+    """MurmurHash64A (Austin Appleby's MurmurHash2 for 64-bit platforms, public domain;
+    ``MurmurHash64A`` in smhasher's ``MurmurHash2.cpp``): 8-byte little-endian blocks,
+    each mixed (``k *= m; k ^= k >> 47; k *= m``) and folded in (``h ^= k; h *= m``),
+    the 1-7 byte tail xored in as a little-endian integer (``h *= m``), then
+    ``h ^= h >> 47; h *= m; h ^= h >> 47``."""
+    m = MURMUR64A_M
+    n = len(data)
+    h = (seed ^ (n * m)) & _MASK64
+    full = n - n % 8
+    for i in range(0, full, 8):
+        k = (int.from_bytes(data[i:i + 8], "little") * m) & _MASK64
+        k ^= k >> 47
+        h = ((h ^ ((k * m) & _MASK64)) * m) & _MASK64
+    if n % 8:
+        h = ((h ^ int.from_bytes(data[full:], "little")) * m) & _MASK64
+    h ^= h >> 47
+    h = (h * m) & _MASK64
+    return h ^ (h >> 47)
+
+
 def word_hash32(word: bytes) -> int:
-    """``fmix32(FNV-1a 32(word))``: the hash of one word (UTF-8 bytes)."""
-    h = 0x811C9DC5
-    for c in word:
-        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
-    return fmix32(h)
+    """The hash of one word (UTF-8 bytes): the low 32 bits of ``murmur64a(word, seed=0)``.
+
+    A block hash rather than a byte-serial one (such as FNV-1a): the kernel reads each
+    word as at most two unaligned 8-byte loads, with no per-byte multiply chain."""
+    return murmur64a(word) & 0xFFFFFFFF
 
 
 SHINGLE_BASE = 0x9E3779B1  # odd 32-bit multiplier (golden ratio) of the polynomial hash
@@ -164,10 +194,10 @@ def shingle_hash32(shingle: bytes) -> int:
     """The 32-bit hash of a shingle (UTF-8 words joined by one space): ``fmix32`` of the
     polynomial ``sum_k word_hash32(w_k) * SHINGLE_BASE**(n-1-k) mod 2**32`` over its n words.
 
-    Words are hashed once (FNV-1a of Fowler/Noll/Vo, finalized with fmix32) and the
-    polynomial rolls from one shingle to the next in O(1) (Karp & Rabin, "Efficient
-    randomized pattern-matching algorithms", 1987). Pass it as ``hashfunc`` to
-    ``datasketch.MinHash`` to reproduce :func:`minhash_signatures`.
+    Words are hashed once (:func:`word_hash32`, MurmurHash64A) and every shingle's
+    polynomial is a Horner evaluation over its words' hashes (the Karp-Rabin fingerprint,
+    Karp & Rabin, "Efficient randomized pattern-matching algorithms", 1987). Pass it as
+    ``hashfunc`` to ``datasketch.MinHash`` to reproduce :func:`minhash_signatures`.
     """
     h = 0
     for w in shingle.split(b" "):
@@ -179,38 +209,6 @@ def shingle_hash32(shingle: bytes) -> int:
 # numba kernels
 # ---------------------------------------------------------------------------------------
 @numba.njit(inline="always")
-def _fmix32(h):
-    m = np.uint64(0xFFFFFFFF)
-    h ^= h >> np.uint64(16)
-    h = (h * np.uint64(0x85EBCA6B)) & m
-    h ^= h >> np.uint64(13)
-    h = (h * np.uint64(0xC2B2AE35)) & m
-    h ^= h >> np.uint64(16)
-    return h
-
-
-@functools.lru_cache(maxsize=1)
-def _char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Tables of the kernel's per-code-point normalization (see
-    :func:`normalize_for_shingles`), built once per process:
-
-    * ``word``: uint8 (0x110000,), 1 where the code point is alphanumeric;
-    * ``map_idx``: int32 (0x110000,), -1 or the index of the code point's replacement;
-    * ``rep_off``: int64 (n_rep + 1,), ``rep_cp``: int64, the replacements' code points.
-    """
-    word = np.array([chr(i).isalnum() for i in range(0x110000)], dtype=np.uint8)
-    cmap = _char_map()
-    map_idx = np.full(0x110000, -1, np.int32)
-    rep_off = np.zeros(len(cmap) + 1, np.int64)
-    reps: list[int] = []
-    for k, (cp, rep) in enumerate(sorted(cmap.items())):
-        map_idx[cp] = k
-        reps.extend(ord(c) for c in rep)
-        rep_off[k + 1] = len(reps)
-    return word, map_idx, rep_off, np.array(reps, np.int64)
-
-
-@numba.njit(inline="always")
 def _fmix32_u32(h):
     # numba widens uint32 products to 64 bits: truncate explicitly
     h = np.uint32(h ^ (h >> np.uint32(16)))
@@ -220,109 +218,349 @@ def _fmix32_u32(h):
     return np.uint32(h ^ (h >> np.uint32(16)))
 
 
+@functools.lru_cache(maxsize=1)
+def _char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tables of the kernel's per-code-point normalization (see
+    :func:`normalize_for_shingles`), built once per process:
+
+    * ``info``: int32 (0x110000,), per code point 0 (separator), 1 (alphanumeric, kept as
+      is) or ``2 + k`` (replaced by replacement k);
+    * ``rep_off``: int64 (n_rep + 1,), ``rep_cp``: int64, the replacements' code points,
+      ``rep_word``: uint8, 1 where such a code point is alphanumeric;
+    * ``ascii``: uint8 (128,), the lower-cased byte of an ASCII alphanumeric, else 0.
+    """
+    word = np.array([chr(i).isalnum() for i in range(0x110000)], dtype=np.uint8)
+    cmap = _char_map()
+    info = word.astype(np.int32)
+    rep_off = np.zeros(len(cmap) + 1, np.int64)
+    reps: list[int] = []
+    for k, (cp, rep) in enumerate(sorted(cmap.items())):
+        info[cp] = 2 + k
+        reps.extend(ord(c) for c in rep)
+        rep_off[k + 1] = len(reps)
+    rep_cp = np.array(reps, np.int64)
+    ascii_lut = np.array([ord(chr(c).lower()) if chr(c).isalnum() else 0 for c in range(128)],
+                         np.uint8)
+    return info, rep_off, rep_cp, word[rep_cp], ascii_lut
+
+
+@intrinsic
+def _load_u64le(typingctx, arr, idx):
+    """``int.from_bytes(arr[idx:idx + 8], "little")`` for a uint8 array, as one unaligned
+    load (no bounds check: the caller keeps 16 bytes of slack)."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8
+            and isinstance(idx, types.Integer)):
+        return None
+    sig = types.uint64(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.bitcast(builder.gep(ary.data, [i]), llvm_ir.IntType(64).as_pointer())
+        v = builder.load(ptr, align=1)
+        return builder.bswap(v) if sys.byteorder == "big" else v
+
+    return sig, codegen
+
+
+@intrinsic
+def _store_u64le(typingctx, arr, idx, val):
+    """``arr[idx:idx + 8] = val.to_bytes(8, "little")`` for a uint8 array, as one unaligned
+    store (no bounds check)."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8
+            and isinstance(idx, types.Integer) and val == types.uint64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.bitcast(builder.gep(ary.data, [i]), llvm_ir.IntType(64).as_pointer())
+        v = builder.bswap(args[2]) if sys.byteorder == "big" else args[2]
+        builder.store(v, ptr, align=1)
+        return context.get_dummy_value()
+
+    return types.void(arr, idx, val), codegen
+
+
+@intrinsic
+def _popcount64(typingctx, x):
+    """Number of set bits of a uint64, as intp."""
+    if x != types.uint64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return types.intp(x), codegen
+
+
+@intrinsic
+def _tzcnt64(typingctx, x):
+    """Trailing zero bits of a uint64 (64 for 0), as intp."""
+    if x != types.uint64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], llvm_ir.Constant(llvm_ir.IntType(1), 0))
+
+    return types.intp(x), codegen
+
+
+@intrinsic
+def _ascii_block64(typingctx, src, i, dst, j):
+    """SIMD over the 64 bytes ``src[i:i + 64]`` (LLVM vector IR: on AVX2 two 32-byte
+    loads, compares and ``vpmovmskb``): stores them ASCII-lower-cased into
+    ``dst[j:j + 64]`` and returns ``(word, high)``, uint64 bit masks (bit b for byte b) of
+    the bytes that are ASCII alphanumeric and of those >= 0x80. No bounds checks."""
+    if not (isinstance(src, types.Array) and src.dtype == types.uint8
+            and isinstance(dst, types.Array) and dst.dtype == types.uint8
+            and isinstance(i, types.Integer) and isinstance(j, types.Integer)):
+        return None
+    rt = types.UniTuple(types.uint64, 2)
+
+    def codegen(context, builder, signature, args):
+        i8 = llvm_ir.IntType(8)
+        vt = llvm_ir.VectorType(i8, 64)
+
+        def splat(v):
+            return llvm_ir.Constant(vt, [llvm_ir.Constant(i8, v)] * 64)
+
+        sa = context.make_array(signature.args[0])(context, builder, args[0])
+        da = context.make_array(signature.args[2])(context, builder, args[2])
+        ii = context.cast(builder, args[1], signature.args[1], types.intp)
+        jj = context.cast(builder, args[3], signature.args[3], types.intp)
+        v = builder.load(builder.bitcast(builder.gep(sa.data, [ii]), vt.as_pointer()), align=1)
+        high = builder.icmp_signed("<", v, splat(0))
+        upper = builder.icmp_unsigned("<", builder.sub(v, splat(65)), splat(26))  # A-Z
+        low = builder.or_(v, builder.shl(builder.zext(upper, vt), splat(5)))
+        digit = builder.icmp_unsigned("<", builder.sub(v, splat(48)), splat(10))  # 0-9
+        alpha = builder.icmp_unsigned("<", builder.sub(low, splat(97)), splat(26))  # a-z
+        builder.store(low, builder.bitcast(builder.gep(da.data, [jj]), vt.as_pointer()),
+                      align=1)
+        i64 = llvm_ir.IntType(64)
+        word = builder.bitcast(builder.or_(digit, alpha), i64)
+        return context.make_tuple(builder, rt, [word, builder.bitcast(high, i64)])
+
+    return rt(src, i, dst, j), codegen
+
+
+_M64 = np.uint64(MURMUR64A_M)
+_ONES64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
 @numba.njit(inline="always")
-def _feed(h, inw, w, byte_or_neg, wh, nw):
-    """One step of the branch-free word state machine; ``byte_or_neg`` < 0 for a
-    character that adds no byte (only closes/opens words)."""
-    zero = np.uint32(0)
-    init = np.uint32(0x811C9DC5)
-    m = zero - w
-    sm = zero - (w & ~inw & np.uint32(1))
-    h = (h & ~sm) | (init & sm)
-    if byte_or_neg >= 0:
-        h = (np.uint32((h ^ np.uint32(byte_or_neg)) * np.uint32(16777619)) & m) | (h & ~m)
-    wh[nw] = h  # overwritten unless a word just ended
-    nw += inw & ~w & np.uint32(1)
-    return h, w, nw
+def _mm_chunk(k):
+    # MurmurHash64A's mix of one full 8-byte block (before it is xored into the state)
+    k = k * _M64
+    k ^= k >> np.uint64(47)
+    return k * _M64
+
+
+@numba.njit(inline="always")
+def _murmur64a_short(c0, c1, n):
+    """MurmurHash64A (seed 0) of an ``n``-byte string, 1 <= n <= 16, given its first two
+    8-byte little-endian blocks ``c0``, ``c1`` as loaded (bytes past ``n`` are masked off
+    here). Branch-free: both possible block mixes are computed and the right one selected,
+    so word lengths cost no branch mispredictions."""
+    nn = np.uint64(n)
+    c0 &= _ONES64 >> (np.uint64(64) - np.uint64(8) * min(nn, np.uint64(8)))
+    n1 = min(max(nn, np.uint64(9)), np.uint64(16)) - np.uint64(8)
+    c1 &= _ONES64 >> (np.uint64(64) - np.uint64(8) * n1)
+    h = nn * _M64  # seed 0 ^ (len * m)
+    k0 = _mm_chunk(c0)
+    if n < 8:  # a tail block: xored in unmixed (compiles to a select)
+        k0 = c0
+    h = (h ^ k0) * _M64
+    k1 = _mm_chunk(c1)
+    if n < 16:
+        k1 = c1
+    h2 = (h ^ k1) * _M64
+    if n > 8:
+        h = h2
+    return _mm_final(h)
+
+
+@numba.njit(inline="always")
+def _mm_final(h):
+    h ^= h >> np.uint64(47)
+    h = h * _M64
+    return h ^ (h >> np.uint64(47))
+
+
+@numba.njit(nogil=True)
+def _murmur64a_long(scr, s, n):
+    """MurmurHash64A (seed 0) of ``scr[s:s + n]`` for any n (long words; not inlined)."""
+    h = np.uint64(n) * _M64
+    q = s
+    end = s + (n & ~7)
+    while q < end:
+        h = (h ^ _mm_chunk(_load_u64le(scr, q))) * _M64
+        q += 8
+    t = n & 7
+    if t:
+        c = _load_u64le(scr, q) & (_ONES64 >> np.uint64(64 - 8 * t))
+        h = (h ^ c) * _M64
+    return _mm_final(h)
+
+
+@numba.njit(inline="always")
+def _utf8(rc):
+    """UTF-8 of code point ``rc``: (bytes as a little-endian int64, length)."""
+    if rc < 0x80:
+        return rc, 1
+    if rc < 0x800:
+        return (0xC0 | (rc >> 6)) | ((0x80 | (rc & 0x3F)) << 8), 2
+    if rc < 0x10000:
+        return ((0xE0 | (rc >> 12)) | ((0x80 | ((rc >> 6) & 0x3F)) << 8)
+                | ((0x80 | (rc & 0x3F)) << 16)), 3
+    return ((0xF0 | (rc >> 18)) | ((0x80 | ((rc >> 12) & 0x3F)) << 8)
+            | ((0x80 | ((rc >> 6) & 0x3F)) << 16) | ((0x80 | (rc & 0x3F)) << 24)), 4
 
 
 @numba.njit(cache=True, nogil=True)
-def _word_hashes(buf, s, e, word, map_idx, rep_off, rep_cp, wh):
-    """One pass over UTF-8 ``buf[s:e]``: ``fmix32(fnv1a_32(word))`` of every word of
-    :func:`normalize_for_shingles` into ``wh`` (uint32). Returns the number of words, or
-    -1 when ``wh`` is too small (NFKC expansions: grow it and call again).
+def _normalize(buf, s, e, info, rep_off, rep_cp, rep_word, ascii_lut, scr, bnd):
+    """One pass over UTF-8 ``buf[s:e]``: the words of :func:`normalize_for_shingles`, as
+    UTF-8 bytes in ``scr`` (uint8) and their boundaries in ``bnd`` (int64: start, end,
+    start, end, ...; word k is ``scr[bnd[2k]:bnd[2k + 1]]``; what lies between words in
+    ``scr`` is unspecified). Returns the number of boundaries (twice the number of words),
+    or -1 when the buffers are too small (NFKC expansions: grow both and call again).
 
-    ASCII takes a branch-free path (lower case by arithmetic, word/non-word by masks, so
-    word boundaries cost no branch mispredictions); other code points are decoded, mapped
-    through the NFKC/lower table and re-encoded as UTF-8 for the hash."""
-    nw = 0
-    inw = np.uint32(0)
-    init = np.uint32(0x811C9DC5)
-    prime = np.uint32(16777619)
-    zero = np.uint32(0)
-    h = init
-    cap = wh.shape[0] - 32  # one character adds at most 18 code points, so < 32 words
+    ASCII goes 64 bytes at a time (:func:`_ascii_block64`: lower case, stored, and bit
+    masks of the alphanumeric and the non-ASCII bytes); the word/non-word flips of the
+    block's ASCII prefix are a 64-bit mask whose set bits are the boundaries, written 8 at
+    a time without a branch per word (simdjson's flattening of a bitmap into indices;
+    Langdale & Lemire, "Parsing gigabytes of JSON per second", 2019). Other bytes go one
+    character at a time: ASCII from a table, other code points decoded, mapped through
+    the NFKC/lower table and written as UTF-8. Reads up to 64 bytes past ``e`` when
+    ``buf`` has them (never past its end); they do not change the result."""
+    nb = 0
+    inw = 0
+    j = 0
+    cap = scr.shape[0] - 96  # slack: one character adds at most 18 code points (< 80 bytes)
+    n_buf = buf.shape[0]
     i = s
     while i < e:
-        if nw >= cap:
-            return -1  # the caller grows wh and calls again
         c0 = buf[i]
         if c0 < 0x80:
-            c = np.uint32(c0)
-            c += np.uint32(32) * np.uint32((c >= 65) & (c <= 90))  # ASCII lower case
-            w = np.uint32(word[c0])
-            m = zero - w
-            sm = zero - (w & ~inw & np.uint32(1))
-            h = (h & ~sm) | (init & sm)
-            h = (np.uint32((h ^ c) * prime) & m) | (h & ~m)
-            wh[nw] = h  # overwritten unless a word just ended
-            nw += inw & ~w & np.uint32(1)
+            if i + 64 <= n_buf:  # a block of up to 64 ASCII bytes
+                wm, hi = _ascii_block64(buf, i, scr, j)
+                n_ok = min(_tzcnt64(hi), e - i)  # ASCII bytes before the first other byte
+                f = wm ^ ((wm << np.uint64(1)) | np.uint64(inw))  # word/non-word flips
+                if n_ok < 64:
+                    f &= _ONES64 >> np.uint64(64 - n_ok)
+                inw = np.intp((wm >> np.uint64(n_ok - 1)) & np.uint64(1))
+                cnt = _popcount64(f)
+                q = nb
+                while True:  # boundaries, 8 at a time; entries past cnt are overwritten
+                    for r in range(8):
+                        bnd[q + r] = j + _tzcnt64(f)
+                        f &= f - np.uint64(1)
+                    q += 8
+                    if f == np.uint64(0):
+                        break
+                nb += cnt
+                i += n_ok
+                j += n_ok
+                continue
+            t = ascii_lut[c0]
+            w = np.intp(t != 0)
+            scr[j] = t
+            bnd[nb] = j
+            nb += w ^ inw
             inw = w
+            j += 1
             i += 1
             continue
-        if c0 < 0xE0:
-            ln = 2
-            cp = np.int64(c0 & 0x1F)
-        elif c0 < 0xF0:
-            ln = 3
-            cp = np.int64(c0 & 0x0F)
-        else:
-            ln = 4
-            cp = np.int64(c0 & 0x07)
-        if i + ln > e:
-            ln = e - i
-        for q in range(1, ln):
-            cp = (cp << 6) | (np.int64(buf[i + q]) & 0x3F)
-        if cp >= 0x110000 or cp < 0:
+        if j + (e - i) >= cap or nb + (e - i) >= cap:
+            return -1  # the caller grows scr and bnd and calls again
+        if i + 4 <= e and i + 8 <= n_buf:  # decode from one load (later bytes unused)
+            x = np.int64(_load_u64le(buf, i) & np.uint64(0xFFFFFFFF))
+            b1 = (x >> 8) & 0x3F
+            b2 = (x >> 16) & 0x3F
+            if c0 < 0xE0:
+                ln = 2
+                cp = ((x & 0x1F) << 6) | b1
+            elif c0 < 0xF0:
+                ln = 3
+                cp = ((x & 0x0F) << 12) | (b1 << 6) | b2
+            else:
+                ln = 4
+                cp = ((x & 0x07) << 18) | (b1 << 12) | (b2 << 6) | ((x >> 24) & 0x3F)
+        else:  # the document's last bytes (a sequence may be cut short)
+            if c0 < 0xE0:
+                ln = 2
+                cp = np.int64(c0 & 0x1F)
+            elif c0 < 0xF0:
+                ln = 3
+                cp = np.int64(c0 & 0x0F)
+            else:
+                ln = 4
+                cp = np.int64(c0 & 0x07)
+            if i + ln > e:
+                ln = e - i
+            for q in range(1, ln):
+                cp = (cp << 6) | (np.int64(buf[i + q]) & 0x3F)
+        if cp >= 0x110000:
             cp = 0  # malformed: a separator
-        k = map_idx[cp]
-        if k < 0:
-            w = np.uint32(word[cp])
-            h, inw, nw = _feed(h, inw, w, -1, wh, nw)
-            for q in range(ln):
-                h, inw, nw = _feed(h, inw, w, np.int64(buf[i + q]), wh, nw)
+        k = info[cp]
+        if k < 2:  # kept as is: copy its bytes (8 at once; j only moves for a word)
+            w = np.intp(k)
+            bnd[nb] = j
+            nb += w ^ inw
+            inw = w
+            if i + 8 <= n_buf:
+                _store_u64le(scr, j, _load_u64le(buf, i))
+            else:
+                for q in range(ln):
+                    scr[j + q] = buf[i + q]
+            j += ln & -w
         else:
-            for r in range(rep_off[k], rep_off[k + 1]):
+            for r in range(rep_off[k - 2], rep_off[k - 1]):
                 rc = rep_cp[r]
-                w = np.uint32(word[rc])
-                h, inw, nw = _feed(h, inw, w, -1, wh, nw)
-                if rc < 0x80:
-                    h, inw, nw = _feed(h, inw, w, rc, wh, nw)
-                elif rc < 0x800:
-                    h, inw, nw = _feed(h, inw, w, 0xC0 | (rc >> 6), wh, nw)
-                    h, inw, nw = _feed(h, inw, w, 0x80 | (rc & 0x3F), wh, nw)
-                elif rc < 0x10000:
-                    h, inw, nw = _feed(h, inw, w, 0xE0 | (rc >> 12), wh, nw)
-                    h, inw, nw = _feed(h, inw, w, 0x80 | ((rc >> 6) & 0x3F), wh, nw)
-                    h, inw, nw = _feed(h, inw, w, 0x80 | (rc & 0x3F), wh, nw)
-                else:
-                    h, inw, nw = _feed(h, inw, w, 0xF0 | (rc >> 18), wh, nw)
-                    h, inw, nw = _feed(h, inw, w, 0x80 | ((rc >> 12) & 0x3F), wh, nw)
-                    h, inw, nw = _feed(h, inw, w, 0x80 | ((rc >> 6) & 0x3F), wh, nw)
-                    h, inw, nw = _feed(h, inw, w, 0x80 | (rc & 0x3F), wh, nw)
+                w = np.intp(rep_word[r])
+                bnd[nb] = j
+                nb += w ^ inw
+                inw = w
+                if w:
+                    u, ln8 = _utf8(rc)
+                    for q in range(ln8):
+                        scr[j + q] = (u >> (8 * q)) & 0xFF
+                    j += ln8
         i += ln
     if inw:
-        wh[nw] = h
-        nw += 1
+        bnd[nb] = j
+        nb += 1
+    return nb
+
+
+@numba.njit(cache=True, nogil=True)
+def _word_hashes(buf, s, e, tables, scr, bnd, wh):
+    """``word_hash32`` of every word of :func:`normalize_for_shingles` of UTF-8
+    ``buf[s:e]`` into ``wh`` (uint32); returns the number of words, or -1 when the scratch
+    buffers ``scr`` (uint8), ``bnd`` (int64) and ``wh`` are too small (grow, call again)."""
+    info, rep_off, rep_cp, rep_word, ascii_lut = tables
+    nb = _normalize(buf, s, e, info, rep_off, rep_cp, rep_word, ascii_lut, scr, bnd)
+    if nb < 0 or nb // 2 > wh.shape[0]:
+        return -1
+    nw = nb // 2
     for k in range(nw):
-        wh[k] = _fmix32_u32(wh[k])
+        a = bnd[2 * k]
+        n = bnd[2 * k + 1] - a
+        if n < 8:  # most words: one tail block
+            c0 = _load_u64le(scr, a) & (_ONES64 >> np.uint64(64 - 8 * n))
+            h = _mm_final(((np.uint64(n) * _M64) ^ c0) * _M64)
+        elif n <= 16:  # (loads here, not in a helper: passing the array costs refcounts)
+            h = _murmur64a_short(_load_u64le(scr, a), _load_u64le(scr, a + 8), n)
+        else:
+            h = _murmur64a_long(scr, a, n)
+        wh[k] = np.uint32(h & np.uint64(0xFFFFFFFF))
     return nw
 
 
 @numba.njit(cache=True, nogil=True)
 def _shingle_minhash(wh, nw, ngram, a, b, hv, sig):
     """``sig[p] = min over shingles of a[p] * fmix32(H) + b[p] mod 2**32`` (uint32 (P,)),
-    H = :func:`shingle_hash32` rolled over the word hashes ``wh[:nw]``; ``hv`` is
+    H = :func:`shingle_hash32` of each shingle from the word hashes ``wh[:nw]``; ``hv`` is
     scratch (uint32, >= number of shingles). Returns the number of shingles; with none,
     ``sig`` is all 0xFFFFFFFF (datasketch's empty MinHash)."""
     P = a.shape[0]
@@ -335,29 +573,43 @@ def _shingle_minhash(wh, nw, ngram, a, b, hv, sig):
         h = np.uint32(0)
         for q in range(nw):
             h = np.uint32(h * base + wh[q])
-        hv[0] = np.uint32(_fmix32(np.uint64(_fmix32_u32(h))))  # + datasketch's pre-mix
+        hv[0] = h
         nsh = 1
     else:
+        # Horner's rule over the ngram words, one vectorized pass per word position
+        # (instead of a rolling hash: no serial dependency from shingle to shingle)
         nsh = nw - ngram + 1
-        top = np.uint32(1)  # base ** (ngram - 1)
-        for _ in range(ngram - 1):
-            top = np.uint32(top * base)
-        h = np.uint32(0)
-        for q in range(ngram):
-            h = np.uint32(h * base + wh[q])
-        hv[0] = np.uint32(_fmix32(np.uint64(_fmix32_u32(h))))
-        for w in range(1, nsh):  # roll: drop word w-1, add word w+ngram-1
-            h = np.uint32(np.uint32(h - np.uint32(wh[w - 1] * top)) * base + wh[w + ngram - 1])
-            hv[w] = np.uint32(_fmix32(np.uint64(_fmix32_u32(h))))
-    # permutation-major: a min-reduction over contiguous shingle hashes vectorizes well;
-    # uint32 wrap-around is the affine32 "mod 2**32"
-    for p in range(P):
+        for w in range(nsh):
+            hv[w] = wh[w]
+        for q in range(1, ngram):
+            for w in range(nsh):
+                hv[w] = np.uint32(hv[w] * base + wh[w + q])
+    for w in range(nsh):  # shingle_hash32's fmix32, then datasketch's pre-mix
+        hv[w] = _fmix32_u32(_fmix32_u32(hv[w]))
+    # permutation-major, four permutations per pass over the shingle hashes (one load
+    # feeds four multiply-add-min chains; 8 uint32 lanes on AVX2); uint32 wrap-around is
+    # the affine32 "mod 2**32"
+    p = 0
+    while p + 4 <= P:
+        a0, a1, a2, a3 = a[p], a[p + 1], a[p + 2], a[p + 3]
+        b0, b1, b2, b3 = b[p], b[p + 1], b[p + 2], b[p + 3]
+        m0 = m1 = m2 = m3 = np.uint32(0xFFFFFFFF)
+        for w in range(nsh):
+            h = hv[w]
+            m0 = min(m0, np.uint32(a0 * h + b0))
+            m1 = min(m1, np.uint32(a1 * h + b1))
+            m2 = min(m2, np.uint32(a2 * h + b2))
+            m3 = min(m3, np.uint32(a3 * h + b3))
+        sig[p], sig[p + 1], sig[p + 2], sig[p + 3] = m0, m1, m2, m3
+        p += 4
+    while p < P:
         ap = a[p]
         bp = b[p]
         acc = np.uint32(0xFFFFFFFF)
         for w in range(nsh):
             acc = min(acc, np.uint32(ap * hv[w] + bp))
         sig[p] = acc
+        p += 1
     return nsh
 
 
@@ -370,19 +622,27 @@ def _signatures_kernel(buf, doc_off, ngram, a, b, tables, out, n_shingles):
     longest = 1
     for d in range(n_docs):
         longest = max(longest, doc_off[d + 1] - doc_off[d])
-    # a word needs a byte and a separator: enough unless NFKC expands (then grow)
-    wh = np.empty(longest // 2 + 64, np.uint32)
-    hv = np.empty(longest // 2 + 64, np.uint32)
-    word, map_idx, rep_off, rep_cp = tables
+    # ASCII adds at most one byte and one boundary per byte: enough unless NFKC expands
+    # (then grow); 128 bytes of slack for the expansion check and the 16-byte reads
+    size = longest + 128
+    scr = np.zeros(size, np.uint8)
+    bnd = np.empty(size, np.int64)
+    wh = np.empty(size // 2 + 64, np.uint32)
+    hv = np.empty(size // 2 + 64, np.uint32)
     for d in range(n_docs):
         while True:
-            nw = _word_hashes(buf, doc_off[d], doc_off[d + 1], word, map_idx, rep_off,
-                              rep_cp, wh)
+            nw = _word_hashes(buf, doc_off[d], doc_off[d + 1], tables, scr, bnd, wh)
             if nw >= 0:
                 break
-            wh = np.empty(2 * wh.shape[0], np.uint32)
-            hv = np.empty(wh.shape[0], np.uint32)
+            size *= 2
+            scr = np.zeros(size, np.uint8)
+            bnd = np.empty(size, np.int64)
+            wh = np.empty(size // 2 + 64, np.uint32)
+            hv = np.empty(size // 2 + 64, np.uint32)
         n_shingles[d] = _shingle_minhash(wh, nw, ngram, a, b, hv, out[d])
+
+
+_PAD = bytes(64)
 
 
 @functools.lru_cache(maxsize=16)
@@ -407,8 +667,9 @@ def minhash_signatures(
     int64 ``(n_docs,)`` array of shingle counts). An empty document's row is all
     ``0xFFFFFFFF`` (datasketch's empty MinHash). Bit-identical to datasketch (see module
     docstring). Per document, Python only encodes the text to UTF-8; normalization (from
-    tables), word splitting and hashing (one pass over the bytes), the rolling shingle
-    hashes and the minimum over permutations run in one numba kernel per batch.
+    tables) and word splitting (one pass over the bytes, 64 ASCII bytes at a time), word
+    hashing, the shingle hashes and the minimum over permutations run in one numba kernel
+    per batch.
 
     Raises:
         ValueError: ``num_perm`` or ``ngram`` < 1.
@@ -421,23 +682,21 @@ def minhash_signatures(
     counts: list[np.ndarray] = []
 
     def flush(batch: list[bytes]) -> None:
-        lens = np.fromiter((len(x) for x in batch), np.int64, len(batch))
+        lens = np.fromiter(map(len, batch), np.int64, len(batch))
         off = np.zeros(len(batch) + 1, np.int64)
         np.cumsum(lens, out=off[1:])
+        batch.append(_PAD)  # lets the last document's tail take the 64-byte path too
         buf = np.frombuffer(b"".join(batch), np.uint8)
+        batch.pop()
         out = np.empty((len(batch), num_perm), np.uint32)
         nsh = np.empty(len(batch), np.int64)
         _signatures_kernel(buf, off, ngram, a, b, tables, out, nsh)
         parts.append(out)
         counts.append(nsh)
 
-    batch: list[bytes] = []
-    for t in texts:
-        batch.append(_prepare(t))
-        if len(batch) >= batch_size:
-            flush(batch)
-            batch = []
-    if batch:
+    it = iter(texts)
+    while batch := [t.encode("utf-8", "surrogatepass")  # as _prepare, without the call
+                    for t in itertools.islice(it, batch_size)]:
         flush(batch)
     sig = np.concatenate(parts) if parts else np.empty((0, num_perm), np.uint32)
     if return_shingle_counts:
