@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,19 @@ def test_multi_part_index_equals_single_part(index, quickstart, train_stream, tm
     assert multi.count([]) == train_stream.size
     assert [(o.shard, o.position) for o in multi.find(qs[0], k=3)] == [
         (o.shard, o.position) for o in index.find(qs[0], k=3)]
+
+
+def test_parallel_part_builds_write_identical_files(quickstart, tmp_path):
+    """Parts sorted concurrently are written in part order: the files do not depend on
+    ``workers``."""
+    digests = []
+    for w in (1, 3):
+        out = tmp_path / f"w{w}"
+        s = build_index(quickstart, out, split="train", progress=False,
+                        max_part_tokens=700_000, workers=w)
+        assert s["parts"] >= 3
+        digests.append({n: hashlib.sha256((out / n).read_bytes()).hexdigest()
+                        for n in ("tokens.bin", "sa.bin", "docs.parquet")})
+    assert digests[0] == digests[1]
+    with pytest.raises(IndexError_, match="workers"):
+        build_index(quickstart, tmp_path / "bad", workers=0)
