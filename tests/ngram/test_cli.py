@@ -32,3 +32,11 @@ def test_cli_build_count_longest(quickstart, tmp_path, capsys):
     matched = enc.decode(enc.encode_ordinary(query)[-m.length:])
     assert repr(matched) in text
     assert repr(enc.decode([int(m.next_tokens[0])])) in text
+
+
+def test_cli_bad_options_fail_before_any_work(quickstart, tmp_path, capsys):
+    out = tmp_path / "idx"
+    assert main(["ngram", "build", str(quickstart), "-o", str(out), "-q", "--counts",
+                 "--orders", "x"]) == 2
+    assert "--orders 'x'" in capsys.readouterr().err
+    assert not out.exists()  # refused before the index was built

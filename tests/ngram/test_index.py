@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -200,3 +203,79 @@ def test_parallel_part_builds_write_identical_files(quickstart, tmp_path):
     assert digests[0] == digests[1]
     with pytest.raises(IndexError_, match="workers"):
         build_index(quickstart, tmp_path / "bad", workers=0)
+
+
+def _copy_datamix(manifest: Path, dst: Path) -> Path:
+    shutil.copytree(manifest.parent, dst)
+    return dst / manifest.name
+
+
+def test_build_refuses_corrupt_or_out_of_vocabulary_shards(quickstart_like, tmp_path):
+    from tokenmill.pipeline.shards import HEADER_BYTES
+
+    m = load_manifest(quickstart_like)
+    shard = m.shards("train")[0].path
+    # a flipped token (same size, so only the checksum can tell)
+    bad = _copy_datamix(quickstart_like, tmp_path / "flip")
+    with open(bad.parent / shard, "r+b") as f:
+        f.seek(HEADER_BYTES + 2 * 100)
+        f.write(b"\x07\x00")
+    with pytest.raises(IndexError_, match=r"sha256 differs.*"):
+        build_index(bad, tmp_path / "idx_flip", progress=False)
+    assert not (tmp_path / "idx_flip").exists()  # a failed build leaves no empty folder
+    # an id beyond gpt2's vocabulary, in a shard whose checksum was not recorded
+    oov = _copy_datamix(quickstart_like, tmp_path / "oov")
+    with open(oov.parent / shard, "r+b") as f:
+        f.seek(HEADER_BYTES + 2 * 100)
+        f.write(np.uint16(60_000).tobytes())
+    raw = json.loads(oov.read_text())
+    for src in raw["sources"]:
+        for s in src["shards"]:
+            s["sha256"] = ""
+    oov.write_text(json.dumps(raw))
+    with pytest.raises(IndexError_, match=r"token id 60000 at offset 100 is outside"):
+        build_index(oov, tmp_path / "idx_oov", progress=False)
+
+
+def test_corrupt_index_files_and_bad_queries_are_clear_errors(index, tmp_path):
+    # a suffix array of the right size pointing out of range: refused at open (no crash)
+    bad = tmp_path / "bad"
+    shutil.copytree(index.folder, bad)
+    sa = np.memmap(bad / "sa.bin", dtype=np.uint8, mode="r+")
+    sa[4096:8192] = 0xFF
+    sa.flush()
+    del sa
+    with pytest.raises(IndexError_, match=r"sa.bin: entry \d+ .* outside its part"):
+        SuffixArrayIndex(bad)
+    meta = tmp_path / "meta"
+    shutil.copytree(index.folder, meta)
+    (meta / "meta.json").write_text("{not json")
+    with pytest.raises(IndexError_, match="meta.json: not valid JSON"):
+        SuffixArrayIndex(meta)
+    raw = json.loads((index.folder / "meta.json").read_text())
+    del raw["sentinel"]
+    (meta / "meta.json").write_text(json.dumps(raw))
+    with pytest.raises(IndexError_, match="meta.json: malformed .*sentinel"):
+        SuffixArrayIndex(meta)
+    for q in (262, [[262, 318]], "the", [1.5], [2**63]):
+        with pytest.raises(IndexError_):
+            index.count(q)
+    with pytest.raises(IndexError_, match="2-D array"):
+        index.count_batch(np.array([262, 318]))
+    assert index.count_batch(iter([[262], [262, 318]])).tolist() == [
+        index.count([262]), index.count([262, 318])]
+    for call in (lambda: index.find([262], k=-1), lambda: index.longest_match([262], k=-1),
+                 lambda: index.longest_match([262], max_len=-3),
+                 lambda: index.next_token_distribution([262], k=-1),
+                 lambda: index.next_token_topk_batch([[262]], k=-2)):
+        with pytest.raises(IndexError_, match=">= 0"):
+            call()
+
+
+def test_find_empty_ngram_skips_part_sentinels(quickstart, tmp_path):
+    build_index(quickstart, tmp_path, split="train", progress=False, max_part_tokens=700_000)
+    multi = SuffixArrayIndex(tmp_path)
+    occ = multi.find([], k=10**9)
+    assert len(occ) == multi.count([]) == multi.n_tokens
+    sizes = {s["shard"]: s["tokens"] for s in multi.meta["shards"]}
+    assert all(o.position < sizes[o.shard] for o in occ)

@@ -68,6 +68,13 @@ def test_rejects_bad_tokens_and_modes():
         OnlineLEM(EOT, mode="token")
     with pytest.raises(ValueError, match="token id -1"):
         OnlineLEM(EOT).step(np.array([1, -1]))
+    with pytest.raises(TypeError, match="integer token ids, not float64"):
+        OnlineLEM(EOT).step(np.array([1.7, 2.2]))
+    with pytest.raises(TypeError, match="not bool"):
+        OnlineLEM(EOT).step(np.array([True]))
+    for kw in ({"eot": -1}, {"eot": 2**40}, {"k": 2.5}, {"window": 2.5}, {"window": 2**40}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            OnlineLEM(**{"eot": EOT, **kw})
 
 
 def test_lemstream_equals_inline_and_blocks(first):

@@ -375,3 +375,14 @@ def test_determinism_ray_workers_and_input_order():
     for r in results[1:]:
         assert r.removed == first.removed
         assert r.cluster_sizes == first.cluster_sizes
+
+
+def test_signature_input_errors():
+    from tokenmill.pipeline.minhash import minhash_signatures
+
+    with pytest.raises(ValueError, match="batch_size"):
+        minhash_signatures(["a b c"], batch_size=0)
+    with pytest.raises(TypeError, match="not a single str"):
+        minhash_signatures("hello world")
+    with pytest.raises(TypeError, match="document 3 is a NoneType"):
+        minhash_signatures(["a", "b", "c", None], batch_size=2)

@@ -6,15 +6,24 @@ import argparse
 
 
 def _orders(text: str) -> list[int]:
-    if "-" in text:
-        a, b = text.split("-", 1)
-        return list(range(int(a), int(b) + 1))
-    return [int(x) for x in text.split(",")]
+    """``"2-8"`` or ``"2,3,5"`` -> orders; a ValueError naming the option otherwise."""
+    try:
+        if "-" in text:
+            a, b = text.split("-", 1)
+            out = list(range(int(a), int(b) + 1))
+        else:
+            out = [int(x) for x in text.split(",")]
+    except ValueError:
+        out = []
+    if not out:
+        raise ValueError(f"--orders {text!r}: expected a range like 2-8 or a list like 2,3,5")
+    return out
 
 
 def _build(args: argparse.Namespace) -> int:
     from tokenmill.ngram.index import build_index
 
+    orders = _orders(args.orders) if args.counts else None  # checked before any work
     s = build_index(args.manifest, args.out, split=None if args.split == "all" else args.split,
                     progress=not args.quiet)
     rows = [("tokens", f"{s['tokens']:,}"), ("parts / shards", f"{s['parts']} / {s['shards']}"),
@@ -25,7 +34,7 @@ def _build(args: argparse.Namespace) -> int:
     if args.counts:
         from tokenmill.ngram.counts import build_counts
 
-        c = build_counts(args.manifest, f"{args.out}/counts", orders=_orders(args.orders),
+        c = build_counts(args.manifest, f"{args.out}/counts", orders=orders,
                          split=None if args.split == "all" else args.split,
                          ray_address=args.ray_address, progress=not args.quiet)
         rows.append(("counts build time", f"{c['seconds']:.2f} s"))

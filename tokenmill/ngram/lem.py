@@ -54,7 +54,11 @@ Cost: amortised O(1) automaton work per token (measured on 2 M gpt2 tokens of th
 benchmark stream: 2.7 suffix-link walk steps, 0.35 clones, 1.35 states, 2.1 edges) plus
 the suffix-link path pushed for the ``k`` most recent occurrences, which is short in
 natural text (~ 4.5 states) but grows in
-highly repetitive text (a stretch repeated r times in the window makes it ~ r). Measured
+highly repetitive text: a stretch repeated r times in the window makes it ~ r, and a run of
+r copies of one token (or of a short period) makes it ~ r for every token of the run, so
+the run costs O(r**2) (measured: a 40,000-token run of one token takes ~ 4 s). Curated
+shards rarely hold such runs (the Gopher repetition filter drops those documents); raw
+streams with very long runs should be cleaned first. Measured
 figures: ``benchmarks/bench_ngram.py``.
 """
 
@@ -392,17 +396,25 @@ class OnlineLEM:
             the module docstring. Storage grows on demand up to what ``W`` needs.
 
     Raises:
-        ValueError: bad ``mode``/``k``/``window``, or a token id outside ``[0, 2**31)``.
+        ValueError: bad ``eot``/``mode``/``k``/``window`` (``window`` at most ``2**29``:
+            state ids are int32), or a token id outside ``[0, 2**31 - 1)``.
+        TypeError: a batch that is not of an integer dtype.
     """
 
     def __init__(self, eot: int, k: int = 4, mode: Literal["position", "step"] = "step",
                  window: int = 4_000_000):
+        def is_int(x) -> bool:
+            return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
         if mode not in ("position", "step"):
             raise ValueError(f"mode must be 'position' or 'step', not {mode!r}")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, not {k}")
-        if window < 0 or window == 1:
-            raise ValueError(f"window must be 0 (unbounded) or >= 2, not {window}")
+        if not is_int(eot) or not 0 <= eot < 2**31 - 1:
+            raise ValueError(f"eot must be a token id in [0, 2**31 - 1), not {eot!r}")
+        if not is_int(k) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, not {k!r}")
+        if not is_int(window) or window < 0 or window == 1 or window > 2**29:
+            raise ValueError(f"window must be 0 (unbounded) or an integer in [2, 2**29], "
+                             f"not {window!r}")
         self.eot, self.k, self.mode, self.window = int(eot), int(k), mode, int(window)
         self.half = window // 2
         self.meta = np.zeros(_NMETA, np.int64)
@@ -449,8 +461,11 @@ class OnlineLEM:
         if self.window:
             states = min(states, 2 * self.window + 4)
             edges = min(edges, 3 * self.window + 16)
+        if states >= 2**31 - 1:  # unbounded mode only (the window bound keeps it below)
+            raise ValueError(f"window=0: the automaton would need {states:,} states, beyond "
+                             "int32 state ids; use a window")
         if states > self._st.shape[0]:
-            self._grow_states(max(states, 2 * self._st.shape[0]))
+            self._grow_states(min(max(states, 2 * self._st.shape[0]), 2**31 - 2))
         if edges > 3 * (1 << int(m[_BITS])) // 4:  # unbounded mode only: grow x4
             self._grow_table(max(_bits_for(edges // 3), int(m[_BITS]) + 2))
 
@@ -488,6 +503,9 @@ class OnlineLEM:
             ``(match_len int32[*batch.shape], next_tokens int32[*batch.shape, k])``.
         """
         a = np.asarray(batch)
+        if a.size and a.dtype.kind not in "iu":
+            raise TypeError(f"a batch holds integer token ids, not {a.dtype} (stream position "
+                            f"{self.position})")
         flat = np.ascontiguousarray(a.reshape(-1), dtype=np.int32)
         if a.size and (int(a.min()) < 0 or int(a.max()) >= 2**31 - 1):
             bad = a.reshape(-1)[(a.reshape(-1) < 0) | (a.reshape(-1) >= 2**31 - 1)][0]

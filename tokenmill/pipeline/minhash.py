@@ -672,10 +672,16 @@ def minhash_signatures(
     per batch.
 
     Raises:
-        ValueError: ``num_perm`` or ``ngram`` < 1.
+        ValueError: ``num_perm``, ``ngram`` or ``batch_size`` < 1.
+        TypeError: ``texts`` is one string, or holds something that is not a ``str`` (the
+            message gives its index).
     """
-    if num_perm < 1 or ngram < 1:
-        raise ValueError(f"num_perm and ngram must be >= 1, got {num_perm}, {ngram}")
+    if num_perm < 1 or ngram < 1 or batch_size < 1:
+        raise ValueError(f"num_perm, ngram and batch_size must be >= 1, got {num_perm}, "
+                         f"{ngram}, {batch_size}")
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts is an iterable of documents (str), not a single "
+                        f"{type(texts).__name__}")
     a, b = _permutations(num_perm, seed)
     tables = _char_tables()
     parts: list[np.ndarray] = []
@@ -695,9 +701,15 @@ def minhash_signatures(
         counts.append(nsh)
 
     it = iter(texts)
-    while batch := [t.encode("utf-8", "surrogatepass")  # as _prepare, without the call
-                    for t in itertools.islice(it, batch_size)]:
+    done = 0
+    while chunk := list(itertools.islice(it, batch_size)):
+        try:
+            batch = [t.encode("utf-8", "surrogatepass") for t in chunk]  # as _prepare
+        except AttributeError:
+            i, t = next((i, t) for i, t in enumerate(chunk) if not isinstance(t, str))
+            raise TypeError(f"document {done + i} is a {type(t).__name__}, not a str") from None
         flush(batch)
+        done += len(chunk)
     sig = np.concatenate(parts) if parts else np.empty((0, num_perm), np.uint32)
     if return_shingle_counts:
         return sig, (np.concatenate(counts) if counts else np.empty(0, np.int64))
