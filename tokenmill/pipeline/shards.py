@@ -145,9 +145,15 @@ def read_tokens(path: str | os.PathLike, mmap: bool = True) -> np.ndarray:
 
 def read_sidecar(path: str | os.PathLike) -> pa.Table:
     """The document sidecar table of shard ``path`` (offset, n_tokens, key, ...)."""
-    # one file: ParquetFile, not read_table (whose dataset layer imports pandas, ~0.4 s)
-    with pq.ParquetFile(sidecar_path(path)) as f:
-        return f.read()
+    # one file: ParquetFile, not read_table (its dataset layer is slower to set up)
+    p = sidecar_path(path)
+    try:
+        with pq.ParquetFile(p) as f:
+            return f.read()
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as e:
+        raise ValueError(f"{p}: unreadable document sidecar ({e})") from None
 
 
 def iter_documents(path: str | os.PathLike):
