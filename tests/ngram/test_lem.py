@@ -151,3 +151,22 @@ def test_wide_rows_repetitive_text_and_empty_batches(first, mode, step):
     np.testing.assert_array_equal(np.concatenate([g[0] for g in got]), want_len)
     np.testing.assert_array_equal(np.concatenate([g[1] for g in got]), want_next)
     assert want_len.max() >= 100 and (want_next[:, 7] >= 0).sum() > 1000
+
+
+@pytest.mark.parametrize("mode,step", [("position", 0), ("step", 700)])
+@pytest.mark.parametrize("max_len", [1, 3, 16, 200])
+def test_max_len_caps_matches_exactly_inside_long_runs(first, mode, step, max_len):
+    """With ``max_len`` the answer is the oracle's capped one, also through long runs of
+    one token and of a short period (where an uncapped automaton does O(run) work per
+    token) and with a window that evicts mid-run."""
+    x = np.concatenate([first[:3000], np.full(2500, 13, np.int32), first[3000:4000],
+                        np.tile(np.array([7, 8, 9], np.int32), 600), first[:1500]])
+    x = np.ascontiguousarray(x)
+    for window in (0, 3000):
+        lem = OnlineLEM(EOT, k=4, mode=mode, window=window, max_len=max_len)
+        chunk = step or 997
+        got = [lem.step(x[i:i + chunk]) for i in range(0, x.size, chunk)]
+        want_len, want_next = lem_oracle(x, EOT, 4, step, window // 2, max_len)
+        np.testing.assert_array_equal(np.concatenate([g[0] for g in got]), want_len)
+        np.testing.assert_array_equal(np.concatenate([g[1] for g in got]), want_next)
+        assert want_len.max() == max_len

@@ -56,9 +56,12 @@ the suffix-link path pushed for the ``k`` most recent occurrences, which is shor
 natural text (~ 4.5 states) but grows in
 highly repetitive text: a stretch repeated r times in the window makes it ~ r, and a run of
 r copies of one token (or of a short period) makes it ~ r for every token of the run, so
-the run costs O(r**2) (measured: a 40,000-token run of one token takes ~ 4 s). Curated
-shards rarely hold such runs (the Gopher repetition filter drops those documents); raw
-streams with very long runs should be cleaned first. Measured
+the run costs O(r**2) (measured: a 40,000-token run of one token takes ~ 3 s). Curated
+shards rarely hold such runs (the Gopher repetition filter drops those documents). With
+``max_len`` set, only states holding a string of length <= max_len are pushed to or
+answered from; per-state shortcut pointers skip the longer ones, so a run costs
+O(r * max_len) (the same 40,000-token run: 0.02 s with max_len = 64, 0.16 s with 1024;
+the trainer uses 1024). Measured
 figures: ``benchmarks/bench_ngram.py``.
 """
 
@@ -72,14 +75,16 @@ import numpy as np
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 
 # meta slots
-(_NSTATES, _LAST, _NEDGES, _S, _NEXT, _HBASE, _HLEN, _DOC, _BITS, _PENDING) = range(10)
-_NMETA = 10
+(_NSTATES, _LAST, _NEDGES, _S, _NEXT, _HBASE, _HLEN, _DOC, _BITS, _PENDING,
+ _MAXLEN) = range(11)
+_NMETA = 11
 
 # state row columns (int32): string length, suffix link, head of the hashed-edge list,
-# out-degree, then _INLINE (token, target) edge pairs, then the k recent followers
-_LEN, _LINK, _HEAD, _DEG = range(4)
+# out-degree, shortcut to the first ancestor reaching below max_len, then _INLINE (token,
+# target) edge pairs, then the k recent followers
+_LEN, _LINK, _HEAD, _DEG, _SC = range(5)
 _INLINE = 3
-_E0 = 4
+_E0 = 5
 _R0 = _E0 + 2 * _INLINE
 
 
@@ -187,6 +192,40 @@ def _new_state(st, meta, length, link):
     return v
 
 
+@nb.njit(cache=True, inline="always")
+def _set_sc(st, meta, v):
+    """Shortcut of v: v itself when its strings reach below max_len (its link is shorter
+    than max_len; every ancestor of such a state is one too), else its link's shortcut."""
+    u = st[v, _LINK]
+    if u < 0 or st[u, _LEN] < meta[_MAXLEN]:
+        st[v, _SC] = v
+    else:
+        st[v, _SC] = st[u, _SC]
+
+
+@nb.njit(cache=True, inline="always")
+def _shallow(st, meta, v):
+    """First ancestor-or-self of v whose strings reach below max_len. Shortcuts skip the
+    states that only hold longer strings (a long run makes ~ run-length of them); a
+    shortcut may land on a state a later split made deeper, whose own shortcut goes on."""
+    while True:
+        u = st[v, _LINK]
+        if u < 0 or st[u, _LEN] < meta[_MAXLEN]:
+            return v
+        w = st[v, _SC]
+        v = w if w != v else u  # (a stale self-shortcut would loop: fall back to the link)
+
+
+@nb.njit(cache=True, inline="always")
+def _holder(st, meta, v, L):
+    """The state of v's suffix-link path that holds the string of length L (<= len(v),
+    <= max_len)."""
+    v = _shallow(st, meta, v)
+    while st[st[v, _LINK], _LEN] >= L:
+        v = st[v, _LINK]
+    return v
+
+
 @nb.njit(cache=True)
 def _reset(st, hkeys, hnext, meta):
     """Empty automaton: clear the table slots in use (walking the hashed-edge lists)."""
@@ -198,6 +237,7 @@ def _reset(st, hkeys, hnext, meta):
                 s = hnext[s]
     meta[_NSTATES] = 0
     _new_state(st, meta, 0, -1)
+    st[0, _SC] = 0
     meta[_LAST] = 0
     meta[_NEDGES] = 0
     meta[_PENDING] = -1
@@ -224,6 +264,7 @@ def _extend(st, hkeys, hval, hnext, meta, c):
             st[cur, _LINK] = q
         else:
             clone = _new_state(st, meta, st[p, _LEN] + 1, st[q, _LINK])
+            _set_sc(st, meta, clone)
             d = st[q, _DEG]
             if d <= _INLINE:
                 for e in range(_E0, _E0 + 2 * d):
@@ -241,16 +282,20 @@ def _extend(st, hkeys, hval, hnext, meta, c):
             while p != -1 and _redirect(st, hkeys, hval, bits, p, c, q, clone):
                 p = st[p, _LINK]
             st[q, _LINK] = clone
+            _set_sc(st, meta, q)  # q's link got longer: q may now only hold long strings
             st[cur, _LINK] = clone
+    _set_sc(st, meta, cur)
     meta[_LAST] = cur
     return st[cur, _LINK]
 
 
 @nb.njit(cache=True)
-def _push(st, v, follower):
+def _push(st, meta, v, follower):
     """Record a new most recent occurrence, followed by token ``follower``, for v and all
-    its suffix-link ancestors (the states whose end positions gain this one)."""
+    its suffix-link ancestors (the states whose end positions gain this one) that hold a
+    string of length <= max_len: the others are never answered from."""
     w = st.shape[1]
+    v = _shallow(st, meta, v)
     while v > 0:
         for r in range(w - 1, _R0, -1):
             st[v, r] = st[v, r - 1]
@@ -259,15 +304,16 @@ def _push(st, v, follower):
 
 
 @nb.njit(cache=True)
-def _answer(st, k, v, L, out_len, out_next, o):
-    """Write match length L of state v (walking up to the state holding length L)."""
+def _answer(st, meta, k, v, L, out_len, out_next, o):
+    """Write match length min(L, max_len) of state v (from the state holding it)."""
+    if L > meta[_MAXLEN]:
+        L = meta[_MAXLEN]
     if L <= 0:
         out_len[o] = 0
         for r in range(k):
             out_next[o, r] = -1
         return
-    while st[st[v, _LINK], _LEN] >= L:
-        v = st[v, _LINK]
+    v = _holder(st, meta, v, L)
     out_len[o] = L
     for r in range(k):
         out_next[o, r] = st[v, _R0 + r]
@@ -284,7 +330,7 @@ def _insert(st, hkeys, hval, hnext, meta, hist, half, pos):
         _reset(st, hkeys, hnext, meta)
         for j in range(start, pos):
             _extend(st, hkeys, hval, hnext, meta, hist[j - hb])
-            _push(st, meta[_LAST], hist[j + 1 - hb])
+            _push(st, meta, meta[_LAST], hist[j + 1 - hb])
         meta[_S] = start
     return _extend(st, hkeys, hval, hnext, meta, hist[pos - hb])
 
@@ -302,12 +348,12 @@ def _run_position(st, hkeys, hval, hnext, meta, hist, half, eot, k, out_len, out
             meta[_DOC] = pos
         v = _insert(st, hkeys, hval, hnext, meta, hist, half, pos)
         if meta[_PENDING] >= 0:  # (a rebuild pushed pos - 1 itself and cleared it)
-            _push(st, meta[_PENDING], c)
+            _push(st, meta, meta[_PENDING], c)
         L = st[v, _LEN]
         cap = pos - meta[_DOC] + 1
         if L > cap:
             L = cap
-        _answer(st, k, v, L, out_len, out_next, o)
+        _answer(st, meta, k, v, L, out_len, out_next, o)
         meta[_PENDING] = meta[_LAST]
         o += 1
     meta[_NEXT] = end
@@ -324,7 +370,7 @@ def _run_step(st, hkeys, hval, hnext, meta, hist, half, eot, k, step_start, out_
         if hist[pos - hb] == eot:
             meta[_DOC] = pos
         _insert(st, hkeys, hval, hnext, meta, hist, half, pos)
-        _push(st, meta[_LAST], hist[pos + 1 - hb])
+        _push(st, meta, meta[_LAST], hist[pos + 1 - hb])
     meta[_NEXT] = step_start
     bits = meta[_BITS]
     # traversal state for position step_start - 1: the whole text, capped at its document
@@ -334,8 +380,9 @@ def _run_step(st, hkeys, hval, hnext, meta, hist, half, eot, k, step_start, out_
         cap = step_start - 1 - meta[_DOC] + 1
         if L > cap:
             L = cap
-        while v > 0 and st[st[v, _LINK], _LEN] >= L:
-            v = st[v, _LINK]
+        if L > meta[_MAXLEN]:
+            L = meta[_MAXLEN]
+        v = _holder(st, meta, v, L) if L > 0 else 0
     end = hb + meta[_HLEN]
     o = 0
     for pos in range(step_start, end):
@@ -347,13 +394,17 @@ def _run_step(st, hkeys, hval, hnext, meta, hist, half, eot, k, step_start, out_
             if t != -1:
                 v = t
                 L += 1
+                if L > meta[_MAXLEN]:  # keep the suffix of length max_len (one link up)
+                    L = meta[_MAXLEN]
+                    if st[st[v, _LINK], _LEN] >= L:
+                        v = st[v, _LINK]
                 break
             if v == 0:
                 L = 0
                 break
             v = st[v, _LINK]
             L = st[v, _LEN]
-        _answer(st, k, v, L, out_len, out_next, o)
+        _answer(st, meta, k, v, L, out_len, out_next, o)
         o += 1
 
 
@@ -394,6 +445,10 @@ class OnlineLEM:
         mode: ``"position"`` (per-position causality) or ``"step"`` (per training step).
         window: visible history bound ``W`` in tokens (``0``: unbounded); eviction rule in
             the module docstring. Storage grows on demand up to what ``W`` needs.
+        max_len: cap on the reported match length (``0``: none). With a cap the answer is
+            ``min(L, max_len)`` and the followers of that suffix's most recent occurrences;
+            the work per token is then bounded by ``max_len`` even inside long runs of a
+            repeated token or stretch (without it such a run of r tokens costs O(r**2)).
 
     Raises:
         ValueError: bad ``eot``/``mode``/``k``/``window`` (``window`` at most ``2**29``:
@@ -402,7 +457,7 @@ class OnlineLEM:
     """
 
     def __init__(self, eot: int, k: int = 4, mode: Literal["position", "step"] = "step",
-                 window: int = 4_000_000):
+                 window: int = 4_000_000, max_len: int = 0):
         def is_int(x) -> bool:
             return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -415,9 +470,13 @@ class OnlineLEM:
         if not is_int(window) or window < 0 or window == 1 or window > 2**29:
             raise ValueError(f"window must be 0 (unbounded) or an integer in [2, 2**29], "
                              f"not {window!r}")
+        if not is_int(max_len) or max_len < 0:
+            raise ValueError(f"max_len must be an integer >= 0 (0: no cap), not {max_len!r}")
         self.eot, self.k, self.mode, self.window = int(eot), int(k), mode, int(window)
         self.half = window // 2
+        self.max_len = int(max_len)
         self.meta = np.zeros(_NMETA, np.int64)
+        self.meta[_MAXLEN] = self.max_len if self.max_len else 2**31 - 1
         self._st = np.zeros((0, _R0 + self.k), np.int32)
         self._grow_states(1 << 16)
         # windowed: the transition table is allocated once at its bound (3 W edges at load
@@ -531,11 +590,12 @@ class OnlineLEM:
 
 
 @nb.njit(cache=True)
-def lem_oracle(tokens, eot, k, step, half):
+def lem_oracle(tokens, eot, k, step, half, max_len=0):
     """Brute-force reference for :class:`OnlineLEM` (tests only).
 
     ``step = 0``: per-position mode; ``step = T > 0``: per-step mode with steps of ``T``
-    tokens. ``half = window // 2`` (0: unbounded). For every position ``i`` it scans every
+    tokens. ``half = window // 2`` (0: unbounded); ``max_len`` as :class:`OnlineLEM`'s.
+    For every position ``i`` it scans every
     allowed earlier end position ``j`` holding the same token (the others have a common
     suffix of 0) and compares backwards token by token: quadratic in the worst case, no
     index. Returns ``(match_len int32[n], next_tokens int32[n, k])``.
@@ -566,6 +626,8 @@ def lem_oracle(tokens, eot, k, step, half):
             if j > jmax:
                 continue
             limit = min(capq, j - S + 1)
+            if max_len > 0 and limit > max_len:
+                limit = max_len
             L = 0
             while L < limit and tokens[i - L] == tokens[j - L]:
                 L += 1
@@ -581,6 +643,8 @@ def lem_oracle(tokens, eot, k, step, half):
                 if j > jmax:
                     continue
                 limit = min(capq, j - S + 1)
+                if max_len > 0 and limit > max_len:
+                    limit = max_len
                 L = 0
                 while L < limit and tokens[i - L] == tokens[j - L]:
                     L += 1

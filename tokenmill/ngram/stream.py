@@ -109,8 +109,8 @@ class LEMStream:
         k: next tokens per position.
         n_steps: steps to produce (required for a callable; an iterable may just end).
         ahead: ring slots, i.e. how many steps the producer may run ahead of the trainer.
-        mode, window: passed to :class:`OnlineLEM` (``"step"`` by default, as a trainer
-            querying a whole step at once needs).
+        mode, window, max_len: passed to :class:`OnlineLEM` (``mode="step"`` by default, as
+            a trainer querying a whole step at once needs).
         start_method: ``"fork"`` (default) or ``"spawn"``.
 
     Raises:
@@ -122,7 +122,7 @@ class LEMStream:
     def __init__(self, batches: Callable[[int], np.ndarray] | Iterable[np.ndarray],
                  shape: tuple[int, int], eot: int, k: int = 4, n_steps: int | None = None,
                  ahead: int = 4, mode: str = "step", window: int = 4_000_000,
-                 start_method: str = "fork"):
+                 max_len: int = 0, start_method: str = "fork"):
         if len(shape) != 2 or min(shape) < 1:
             raise ValueError(f"shape must be (B, T) with B, T >= 1, not {shape}")
         if ahead < 1:
@@ -147,8 +147,8 @@ class LEMStream:
         self._proc = ctx.Process(
             target=_producer, daemon=True, name="tokenmill-lemstream",
             args=(self._shm.name, self._cshm.name, ahead, self.shape, k, batches, n_steps,
-                  {"eot": eot, "mode": mode, "window": window}, self._free, self._filled,
-                  self._errors))
+                  {"eot": eot, "mode": mode, "window": window, "max_len": max_len},
+                  self._free, self._filled, self._errors))
         self._proc.start()
 
     def get(self, step: int) -> tuple[np.ndarray, np.ndarray]:

@@ -100,6 +100,9 @@ class TrainConfig:
     lem_k: int = 4
     lem_ahead: int = 4  # LEMStream slots ahead of the trainer
     lem_window: int | None = None  # predictor memory window (tokens); None = its default
+    # cap on the predictor's match length: lengths are bucketed up to 256 anyway, and the
+    # cap bounds its work per token inside long runs of a repeated token (O(run**2) without)
+    lem_max_len: int = 1024
     loader: str = "auto"  # auto | datamix | stream
     doc_mask: bool = False  # datamix loader: attention stays inside each document
     device: str = "auto"  # auto | cpu | cuda
@@ -400,7 +403,9 @@ class LEMFeed:
             while True:
                 yield loader.next_batch().inputs.numpy()
 
-        kw = {} if cfg.lem_window is None else {"window": cfg.lem_window}
+        kw = {"max_len": cfg.lem_max_len}
+        if cfg.lem_window is not None:
+            kw["window"] = cfg.lem_window
         self.stream = LEMStream(batches(), (cfg.batch_size, cfg.seq_len), eot=eot,
                                 k=cfg.lem_k, n_steps=cfg.steps, ahead=cfg.lem_ahead,
                                 mode="step", **kw)
@@ -437,7 +442,9 @@ def lem_for_validation(cfg: TrainConfig, val: torch.Tensor, eot: int,
     ``(match_len int32 [Nv, T], candidates int32 [Nv, T, K])``."""
     from tokenmill.ngram.lem import OnlineLEM
 
-    kw = {} if cfg.lem_window is None else {"window": cfg.lem_window}
+    kw = {"max_len": cfg.lem_max_len}
+    if cfg.lem_window is not None:
+        kw["window"] = cfg.lem_window
     lem = OnlineLEM(eot=eot, k=cfg.lem_k, mode="position", **kw)
     loader = make_train_loader(cfg, 0, 1)
     per = cfg.batch_size * cfg.seq_len
