@@ -24,13 +24,7 @@ def _interpret(monkeypatch):
     torch.manual_seed(0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # 2 shared cores: torch's 2 OpenMP threads slow small ops down ~30x under contention
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _ce_inputs(n, v, dtype=torch.float32, seed=0, legal_p=0.6):
@@ -44,6 +38,16 @@ def _ce_inputs(n, v, dtype=torch.float32, seed=0, legal_p=0.6):
     allowed = torch.rand(v, v, generator=g) < legal_p
     allowed[prev, targets.clamp_min(0)] = True  # real targets are always legal
     return tuple(t.to(DEV) for t in (logits, targets, aux, w, prev, allowed))
+
+
+def _ce_kwargs(extra, aux, w, prev, allowed) -> dict:
+    """fused_cross_entropy's optional arguments for an EXTRAS case."""
+    kw = {}
+    if "aux" in extra:
+        kw.update(aux_targets=aux, aux_weight=w)
+    if "mask" in extra:
+        kw.update(prev_ids=prev, mask_bits=K.pack_mask_rows(allowed))
+    return kw
 
 
 CASES = [
@@ -60,11 +64,7 @@ EXTRAS = ["plain", "aux", "mask", "aux+mask"]
 @pytest.mark.parametrize("extra", EXTRAS)
 def test_fused_cross_entropy_matches_reference_fp32(n, v, block_v, extra):
     logits, targets, aux, w, prev, allowed = _ce_inputs(n, v, seed=n * v)
-    kw = {}
-    if "aux" in extra:
-        kw.update(aux_targets=aux, aux_weight=w)
-    if "mask" in extra:
-        kw.update(prev_ids=prev, mask_bits=K.pack_mask_rows(allowed))
+    kw = _ce_kwargs(extra, aux, w, prev, allowed)
     x1 = logits.clone().requires_grad_()
     x2 = logits.clone().requires_grad_()
     l1 = K.fused_cross_entropy(x1, targets, reduction="none", block_v=block_v, **kw)
@@ -216,11 +216,7 @@ def test_padded_vocab_both_backends(monkeypatch, interpret, extra):
     logits, targets, aux, w, prev, allowed = _ce_inputs(n, v, seed=5)
     padded = torch.randn(n, vpad, device=DEV)
     padded[:, :v] = logits
-    kw = {}
-    if "aux" in extra:
-        kw.update(aux_targets=aux, aux_weight=w)
-    if "mask" in extra:
-        kw.update(prev_ids=prev, mask_bits=K.pack_mask_rows(allowed))
+    kw = _ce_kwargs(extra, aux, w, prev, allowed)
     x1 = padded.clone().requires_grad_()
     x2 = padded.clone().requires_grad_()
     l1 = K.fused_cross_entropy(x1, targets, reduction="none", vocab_size=v, block_v=64, **kw)

@@ -7,14 +7,7 @@ import torch.nn.functional as F
 from tokenmill.train import kernels as K
 from tokenmill.train.model import GPT, GPTConfig, bucketize_match_length
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # 2 shared cores: torch's 2 OpenMP threads slow small ops down ~30x under contention
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _tiny(**kw) -> GPT:
