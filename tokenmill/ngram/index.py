@@ -587,7 +587,8 @@ class SuffixArrayIndex:
         self.folder = Path(folder)
         meta_path = self.folder / "meta.json"
         if not meta_path.exists():
-            raise IndexError_(f"{meta_path}: missing (not an index folder)")
+            raise IndexError_(f"{meta_path}: missing (not an index folder; build one with "
+                              "`tokenmill ngram build MANIFEST -o DIR`)")
         try:
             self.meta = json.loads(meta_path.read_text())
         except (ValueError, UnicodeDecodeError) as e:
