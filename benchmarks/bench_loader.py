@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from tokenmill.manifests.mix import build_mix  # noqa: E402
 from tokenmill.manifests.schema import load_manifest  # noqa: E402
-from tokenmill.pipeline.shards import read_tokens  # noqa: E402
+from tokenmill.manifests.shards import read_tokens  # noqa: E402
 from tokenmill.train.data import MixLoader  # noqa: E402
 
 RANKS, ROWS, SEQ = 8, 64, 1024

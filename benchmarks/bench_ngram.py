@@ -46,7 +46,7 @@ from tests.ngram.datamix import write_datamix  # noqa: E402
 from tokenmill.manifests.schema import load_manifest  # noqa: E402
 from tokenmill.ngram.index import SuffixArrayIndex, build_index  # noqa: E402
 from tokenmill.ngram.lem import OnlineLEM  # noqa: E402
-from tokenmill.pipeline.shards import read_tokens  # noqa: E402
+from tokenmill.manifests.shards import read_tokens  # noqa: E402
 
 SOURCES = ["linux-docs-rst", "c4-en-sample", "cc-main-2019-sample",
            "wikipedia-wikitext-sample", "books-public-domain"]

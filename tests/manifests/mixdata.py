@@ -1,7 +1,7 @@
 """Small real curation manifests for the datamix tests and the loader benchmark.
 
 Real corpora from ``../shared/data/corpora`` are tokenized with tiktoken (EOT before
-every document) and written with :func:`tokenmill.pipeline.shards.write_shard` plus a
+every document) and written with :func:`tokenmill.manifests.shards.write_shard` plus a
 :class:`~tokenmill.manifests.schema.DatamixManifest`, one curation manifest per call.
 This stands in for the main pipeline's output and can later be swapped for it.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.schema import DatamixManifest, ShardEntry, SourceCounts, SourceEntry
-from tokenmill.pipeline.shards import sidecar_path, version_for_vocab, write_shard
+from tokenmill.manifests.shards import sidecar_path, version_for_vocab, write_shard
 from tokenmill.tokenizers import get_encoding, identity
 
 

@@ -15,7 +15,7 @@ from tests.shared import corpora
 from tokenmill.manifests.export import export_modded_nanogpt
 from tokenmill.manifests.mix import build_mix
 from tokenmill.manifests.schema import load_manifest
-from tokenmill.pipeline.shards import iter_documents
+from tokenmill.manifests.shards import iter_documents
 
 BOS_ID = 50256
 

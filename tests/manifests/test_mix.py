@@ -13,7 +13,7 @@ from tests.shared import corpora
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.mix import build_mix, load_mix_manifest, plan_spec_file
 from tokenmill.manifests.schema import load_manifest
-from tokenmill.pipeline.shards import read_sidecar
+from tokenmill.manifests.shards import read_sidecar
 from tokenmill.tokenizers import TokenizerMismatchError
 
 THREE = {

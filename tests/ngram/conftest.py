@@ -32,7 +32,7 @@ def quickstart_like(tmp_path_factory) -> Path:
 def train_stream(quickstart) -> np.ndarray:
     """All train shards of the quickstart datamix concatenated, int32 (manifest order)."""
     from tokenmill.manifests.schema import load_manifest
-    from tokenmill.pipeline.shards import read_tokens
+    from tokenmill.manifests.shards import read_tokens
 
     m = load_manifest(quickstart)
     return np.concatenate([np.asarray(read_tokens(quickstart.parent / s.path), dtype=np.int32)

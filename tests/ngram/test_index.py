@@ -12,7 +12,7 @@ import pytest
 
 from tokenmill.manifests.schema import load_manifest
 from tokenmill.ngram.index import IndexError_, SuffixArrayIndex, build_index
-from tokenmill.pipeline.shards import read_sidecar, read_tokens
+from tokenmill.manifests.shards import read_sidecar, read_tokens
 
 EOT = 50256
 
@@ -211,7 +211,7 @@ def _copy_datamix(manifest: Path, dst: Path) -> Path:
 
 
 def test_build_refuses_corrupt_or_out_of_vocabulary_shards(quickstart_like, tmp_path):
-    from tokenmill.pipeline.shards import HEADER_BYTES
+    from tokenmill.manifests.shards import HEADER_BYTES
 
     m = load_manifest(quickstart_like)
     shard = m.shards("train")[0].path

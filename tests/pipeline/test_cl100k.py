@@ -9,7 +9,7 @@ from tokenmill.manifests.validate import validate_manifest
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.executor import run_datamix
 from tokenmill.pipeline.normalize import normalize_text
-from tokenmill.pipeline.shards import iter_documents, read_header, read_tokens
+from tokenmill.manifests.shards import iter_documents, read_header, read_tokens
 from tokenmill.tokenizers import get_encoding
 
 

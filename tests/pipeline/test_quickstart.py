@@ -11,7 +11,7 @@ from tests.shared import corpora
 from tokenmill.manifests.validate import validate_manifest
 from tokenmill.pipeline.normalize import normalize_text
 from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.shards import iter_documents, read_tokens
+from tokenmill.manifests.shards import iter_documents, read_tokens
 from tokenmill.pipeline.sources import _list_files
 from tokenmill.pipeline.step import Document
 from tokenmill.tokenizers import get_encoding
@@ -73,7 +73,7 @@ def test_no_two_kept_documents_are_exact_duplicates(quickstart):
 
 
 def test_sidecars_carry_language_and_license(quickstart):
-    from tokenmill.pipeline.shards import read_sidecar
+    from tokenmill.manifests.shards import read_sidecar
 
     root = quickstart.manifest_path.parent
     m = quickstart.manifest

@@ -93,7 +93,7 @@ def small_datamix(tmp_path_factory) -> Path:
     from tests.tokenizers.legality_corpus import iter_corpus_documents
     from tokenmill.atomic import sha256_file
     from tokenmill.manifests.schema import DatamixManifest, ShardEntry, SourceCounts, SourceEntry
-    from tokenmill.pipeline.shards import sidecar_path, version_for_vocab, write_shard
+    from tokenmill.manifests.shards import sidecar_path, version_for_vocab, write_shard
     from tokenmill.tokenizers import get_encoding, identity
 
     enc = get_encoding("gpt2")

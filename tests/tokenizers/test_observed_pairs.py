@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tokenmill.manifests.schema import load_manifest
-from tokenmill.pipeline.shards import read_tokens
+from tokenmill.manifests.shards import read_tokens
 from tokenmill.tokenizers import TokenizerMismatchError, identity
 from tokenmill.tokenizers.legality import LegalityTable
 from tokenmill.tokenizers.observed import ObservedPairs

@@ -11,7 +11,7 @@ import pytest
 from tests.manifests.mixdata import cached_test_curations, write_spec
 from tests.shared import corpora
 from tokenmill.manifests.mix import build_mix
-from tokenmill.pipeline.shards import read_tokens
+from tokenmill.manifests.shards import read_tokens
 from tokenmill.train.data import MixLoader
 
 EOT = 50256

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenmill.pipeline.shards import read_tokens
+from tokenmill.manifests.shards import read_tokens
 from tokenmill.tokenizers.legality import LegalityTable
 
 

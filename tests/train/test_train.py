@@ -18,7 +18,7 @@ import torch
 
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.schema import DatamixManifest, ShardEntry, SourceCounts, SourceEntry
-from tokenmill.pipeline.shards import sidecar_path, version_for_vocab, write_shard
+from tokenmill.manifests.shards import sidecar_path, version_for_vocab, write_shard
 from tokenmill.tokenizers import get_encoding, identity
 from tokenmill.train import train as T
 

@@ -32,7 +32,7 @@ from numba import njit
 
 from tokenmill.atomic import atomic_write_text, sha256_file
 from tokenmill.manifests.mix import TrainingMixManifest, load_mix_manifest
-from tokenmill.pipeline.shards import (
+from tokenmill.manifests.shards import (
     VERSION_UINT16,
     read_sidecar,
     version_for_vocab,

@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tokenmill.atomic import atomic_write_text, sha256_bytes, sha256_file
 from tokenmill.manifests.schema import DatamixManifest, ShardEntry, load_manifest
-from tokenmill.pipeline.shards import read_sidecar, sidecar_path
+from tokenmill.manifests.shards import read_sidecar, sidecar_path
 from tokenmill.tokenizers import TokenizerIdentity, TokenizerMismatchError
 
 MIX_SCHEMA_VERSION = 1

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.schema import MANIFEST_NAME, load_manifest
-from tokenmill.pipeline.shards import (
+from tokenmill.manifests.shards import (
     ShardError,
     read_header,
     read_sidecar,
@@ -79,7 +79,7 @@ def validate_manifest(path: str | Path, log: Callable[[str], None] | None = None
 
 def describe_manifest(path: str | Path) -> str:
     """The per-source summary table of a manifest."""
-    from tokenmill.pipeline.summary import summary_table
+    from tokenmill.manifests.summary import summary_table
 
     m = load_manifest(path)
     head = (f"datamix {m.name}  tokenizer {m.tokenizer.short()}  config {m.config_sha256[:12]}  "

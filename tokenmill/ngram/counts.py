@@ -112,7 +112,7 @@ def _merge(parts: list[tuple[np.ndarray, np.ndarray]]):
 
 def count_shard(path: str, orders: Sequence[int], eot: int, n_vocab: int) -> dict:
     """Count one shard: ``{"unigram": int64[V], order: (keys, next, counts)}``."""
-    from tokenmill.pipeline.shards import read_tokens
+    from tokenmill.manifests.shards import read_tokens
 
     tokens = np.asarray(read_tokens(path), dtype=np.int64)
     out: dict = {"unigram": np.bincount(tokens, minlength=n_vocab).astype(np.int64)}

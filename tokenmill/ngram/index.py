@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.atomic import atomic_open, atomic_write_text, sha256_file
 from tokenmill.manifests.schema import load_manifest
-from tokenmill.pipeline.shards import read_sidecar, read_tokens
+from tokenmill.manifests.shards import read_sidecar, read_tokens
 from tokenmill.tokenizers import TokenizerIdentity
 
 FORMAT = "tokenmill-sa-index/1"

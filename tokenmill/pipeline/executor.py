@@ -47,7 +47,7 @@ from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.intermediate import content_hash
 from tokenmill.pipeline.license import check_source_licenses
 from tokenmill.pipeline.readers import is_whole_file
-from tokenmill.pipeline.shards import version_for_vocab
+from tokenmill.manifests.shards import version_for_vocab
 from tokenmill.pipeline.sources import ResolvedSource, resolve_source
 from tokenmill.tokenizers import identity
 

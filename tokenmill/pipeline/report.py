@@ -138,7 +138,7 @@ def _read_quarantine(out: Path, manifest: DatamixManifest):
 
 def _read_sidecars(out: Path, manifest: DatamixManifest) -> dict[str, dict[str, list]]:
     """source -> {"n_tokens": [...], "language": [...] (if present)}."""
-    from tokenmill.pipeline.shards import sidecar_path
+    from tokenmill.manifests.shards import sidecar_path
 
     res: dict[str, dict[str, list]] = {}
     for src in manifest.sources:

@@ -35,7 +35,7 @@ from tokenmill.pipeline.intermediate import StageOutput, content_hash
 from tokenmill.pipeline.license import DocumentLicenseGate
 from tokenmill.pipeline.normalize import Normalize
 from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.shards import write_shard
+from tokenmill.manifests.shards import write_shard
 from tokenmill.pipeline.step import Document, Rejection
 from tokenmill.pipeline.tokenize import tokenize_batch
 
@@ -306,7 +306,7 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
         extra = {m: pa.array([row[i] for row in b["meta"]], meta_types[m])
                  for i, m in enumerate(meta_names or [])}
         write_shard(path, tokens, spec["shard_version"], offsets, b["keys"], extra)
-        from tokenmill.pipeline.shards import sidecar_path
+        from tokenmill.manifests.shards import sidecar_path
 
         shards.append({
             "path": path.relative_to(out_dir).as_posix(), "split": split,

@@ -61,7 +61,7 @@ def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
 
 
 def _count_shard(path: str, n_vocab: int, sha256: str | None) -> tuple[np.ndarray, np.ndarray]:
-    from tokenmill.pipeline.shards import read_tokens
+    from tokenmill.manifests.shards import read_tokens
 
     if sha256 is not None:
         got = sha256_file(path)

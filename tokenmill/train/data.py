@@ -79,7 +79,7 @@ from numba import njit
 
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.mix import TrainingMixManifest, load_mix_manifest
-from tokenmill.pipeline.shards import read_header, read_sidecar, read_tokens
+from tokenmill.manifests.shards import read_header, read_sidecar, read_tokens
 
 STATE_VERSION = 1
 

@@ -59,7 +59,7 @@ import torch
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text
 from tokenmill.manifests.schema import load_manifest
-from tokenmill.pipeline.shards import read_tokens
+from tokenmill.manifests.shards import read_tokens
 from tokenmill.train.kernels import fused_cross_entropy, masked_target_count
 from tokenmill.train.model import GPT, GPTConfig
 

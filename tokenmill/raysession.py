@@ -1,0 +1,58 @@
+"""The one Ray bootstrap: every tokenmill command that runs Ray tasks starts (or joins) Ray here.
+
+An embedded local Ray (``address="local"``: always a fresh instance, even when a ``ray start``
+cluster on this machine would otherwise be joined implicitly) or an existing cluster
+(``--ray-address HOST:PORT``), with one runtime environment: the variables that decide where
+tokenizer files and Hub caches are found travel to every worker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: Environment variables every Ray worker must see as the driver does.
+WORKER_ENV = ("TIKTOKEN_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE",
+              "HF_DATASETS_OFFLINE", "TOKENMILL_DATA_ROOT", "TOKENMILL_TASK_DELAY_S")
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Start an embedded local Ray, or join ``address``; no-op when Ray is already up.
+
+    Args:
+        address: ``HOST:PORT`` of a running cluster, or None for an embedded local Ray.
+        num_cpus: CPUs of the embedded Ray (default: all of this machine's); ignored when
+            joining a cluster.
+
+    Returns:
+        True when this call started Ray (the caller then shuts it down), else False.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
+                              "configure_logging": False}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
+                 include_dashboard=False, **kwargs)
+    return True
+
+
+@contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
+    """``with ray_session(...):`` runs the body with Ray up, and shuts Ray down afterwards
+    only if this call started it (a caller's own Ray session is left running)."""
+    started = init_ray(address, num_cpus)
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
