@@ -1,44 +1,104 @@
 """The ``tokenmill`` command: one entry point, one subcommand group per package.
 
 Each package registers its own subcommands through ``add_commands(subparsers)`` in its
-``commands`` module; this file only assembles them.
+``commands`` module; this file only assembles them and prints errors a user can fix.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import os
 import sys
 
+from pydantic import ValidationError
+
+from tokenmill import __version__
+from tokenmill.manifests import commands as manifests_commands
+from tokenmill.ngram import commands as ngram_commands
+from tokenmill.pipeline import commands as pipeline_commands
+from tokenmill.tokenizers import commands as tokenizers_commands
+from tokenmill.train import commands as train_commands
+
 # Packages that contribute subcommands, in the order they appear in --help.
-_COMMAND_MODULES = (
-    "tokenmill.pipeline.commands",
-    "tokenmill.manifests.commands",
-    "tokenmill.tokenizers.commands",
-    "tokenmill.ngram.commands",
-    "tokenmill.train.commands",
-)
+_COMMAND_MODULES = (pipeline_commands, manifests_commands, tokenizers_commands,
+                    ngram_commands, train_commands)
+#: An error prints at most this many lines (the file or what failed, then the details).
+MAX_ERROR_LINES = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The full ``tokenmill`` parser (``--version`` plus every package's subcommands)."""
     parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"tokenmill {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:  # a real missing dependency, not a missing command module
-                raise
-            continue
+    for module in _COMMAND_MODULES:
         module.add_commands(sub)
     return parser
 
 
+def _field_lines(err: ValidationError, room: int) -> list[str]:
+    """``err`` as ``  path: what was expected (got ...)`` lines, at most ``room`` of them (the
+    last one then counts the rest); no pydantic dump, no documentation links."""
+    lines = []
+    for e in err.errors(include_url=False):
+        path = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        kind, msg = e["type"], str(e["msg"])
+        if kind == "extra_forbidden":
+            what = "unknown field"
+        elif kind == "missing":
+            what = "required, missing"
+        elif kind.startswith("value_error") or kind == "assertion_error":
+            what = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        else:
+            got = repr(e.get("input"))
+            got = got[:40] + "..." if len(got) > 43 else got
+            what = msg.replace("Input should be", "expected", 1) + f", got {got}"
+        lines.append(f"  {path}: {what}")
+    if len(lines) > room:
+        lines = lines[: room - 1] + [f"  ... and {len(lines) - room + 1} more wrong fields"]
+    return lines
+
+
+def _validation_error(e: BaseException) -> ValidationError | None:
+    """The pydantic ``ValidationError`` ``e`` is or was raised from, if any."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, ValidationError):
+            return e
+        if e.__cause__ is None and e.__suppress_context__:
+            return None  # `raise ... from None`: the message already says what it means
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
+def format_error(e: BaseException) -> list[str]:
+    """The lines ``tokenmill`` prints for an error a user can fix: at most
+    :data:`MAX_ERROR_LINES`, never an internal class name.
+
+    A config or manifest that fails pydantic validation gives its file (the wrapping error's
+    message up to the validation dump) and then one line per wrong field by its path."""
+    msg = str(e).strip()
+    verr = _validation_error(e)
+    if verr is not None:
+        dump = str(verr).strip()
+        head = msg.split(dump)[0].rstrip(": \n") if dump and dump in msg and msg != dump else ""
+        if not head:
+            head = f"invalid {verr.title}" if msg == dump else msg.splitlines()[0]
+        return [head, *_field_lines(verr, MAX_ERROR_LINES - 1)]
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return [f"{e.filename}: {e.strerror}"]
+    lines = [ln for ln in msg.splitlines() if ln.strip()] or [type(e).__name__]
+    if len(lines) > MAX_ERROR_LINES:
+        more = len(lines) - MAX_ERROR_LINES + 1
+        lines = lines[: MAX_ERROR_LINES - 1] + [f"  ... ({more} more lines; "
+                                                "TOKENMILL_DEBUG=1 shows everything)"]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Errors a user can fix (bad config, missing files, wrong tokenizer)
-    print one line and exit 2; ``TOKENMILL_DEBUG=1`` shows the traceback instead."""
+    print at most three lines and exit 2; ``TOKENMILL_DEBUG=1`` shows the traceback instead."""
     import logging
-    import os
 
     logging.getLogger("ray").setLevel(logging.ERROR)  # Ray's banners are not our output
     parser = build_parser()
@@ -52,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except (ValueError, RuntimeError, FileNotFoundError, FileExistsError,
-            NotADirectoryError) as e:
+            NotADirectoryError, IsADirectoryError, PermissionError) as e:
         if os.environ.get("TOKENMILL_DEBUG") == "1":
             raise
-        msg = str(e).strip().splitlines()
-        print(f"tokenmill: {type(e).__name__}: " + "\n  ".join(msg[:20]), file=sys.stderr)
+        lines = format_error(e)
+        print("tokenmill: " + "\n".join(lines), file=sys.stderr)
         return 2
     return int(rc or 0)
 

@@ -8,6 +8,7 @@ tokenizer files and Hub caches are found travel to every worker.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,17 @@ from typing import Any
 #: Environment variables every Ray worker must see as the driver does.
 WORKER_ENV = ("TIKTOKEN_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE",
               "HF_DATASETS_OFFLINE", "TOKENMILL_DATA_ROOT", "TOKENMILL_TASK_DELAY_S")
+
+
+class _DropAuthNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled for this Ray cluster" not in record.getMessage()
+
+
+def _quiet_auth_notice() -> None:
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _DropAuthNotice) for f in log.filters):
+        log.addFilter(_DropAuthNotice())
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
@@ -39,6 +51,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     if address:
         ray.init(address=address, **kwargs)
     else:
+        # Ray turns token authentication on for a new local cluster and logs a notice
+        # about opting out; for our own embedded instance that is noise, so it stays on
+        # and the notice is dropped.
+        _quiet_auth_notice()
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
                  include_dashboard=False, **kwargs)
     return True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tokenmill.manifests.mix_commands import add_mix_commands
+
 
 def _validate(args: argparse.Namespace) -> int:
     from tokenmill.manifests.validate import validate_manifest
@@ -50,8 +52,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--tokenizer", default=None, help="encoding (default: from the manifest)")
     i.add_argument("--docs", type=int, default=3, help="documents to decode")
     i.set_defaults(func=_inspect)
-    try:  # the training datamix adds `tokenmill mix` and `tokenmill shards export`
-        from tokenmill.manifests.mix_commands import add_mix_commands
-    except ModuleNotFoundError:
-        return
-    add_mix_commands(sub, shsub)
+    add_mix_commands(sub, shsub)  # `tokenmill mix` and `tokenmill shards export`

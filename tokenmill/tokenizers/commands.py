@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from tokenmill.tokenizers.legality_commands import add_legality_commands
+
 
 def _fetch(args: argparse.Namespace) -> int:
     from tokenmill.tokenizers.fetch import fetch
@@ -33,8 +35,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     i = tsub.add_parser("info", help="print a tokenizer's identity")
     i.add_argument("name")
     i.set_defaults(func=_info)
-    try:  # legality tables add their own group when present
-        from tokenmill.tokenizers.legality_commands import add_legality_commands
-    except ModuleNotFoundError:
-        return
     add_legality_commands(sub)

@@ -22,8 +22,17 @@ pair involving a special token counts as possible; ids that are neither mergeabl
 Storage: ``n_vocab`` rows (row = previous token) of ``ceil(n_vocab / 8)`` bytes, bit ``j % 8``
 (little bit order, ``np.unpackbits(..., bitorder="little")``) of byte ``j // 8`` is 1 when next
 token ``j`` is possible. On disk: 8-byte magic ``TMLEGAL1``, a uint32 header length, a JSON
-header (tokenizer identity, sizes, counts, build time), zero padding to 4096 bytes, then the
-matrix, so that :meth:`LegalityTable.load` memory-maps it.
+header (tokenizer identity, sizes, counts, build time, and ``bit_meaning``: what a set bit
+means), zero padding to 4096 bytes, then the matrix, so that :meth:`LegalityTable.load`
+memory-maps it.
+
+Interchange with modded-nanogpt (:func:`export_modded_nanogpt`): the speedrun's validation
+mask (``GPT.canon_mask``, ``build_canonical_mask`` in its ``train_gpt.py``, KellerJordan/
+modded-nanogpt PR #350) is ``uint8[vocab_size, vocab_size // 8]`` over the model's padded
+vocabulary (``vocab_size`` = the next multiple of 128, 50,304 for GPT-2), little bit order,
+and a set bit marks a *forbidden* pair (all zero = no masking). The export writes exactly that
+matrix after the same 4096-byte header, whose ``bit_meaning`` says so; :meth:`LegalityTable.load`
+reads the polarity from every file's header and refuses a file that does not state it.
 """
 
 from __future__ import annotations
@@ -53,6 +62,11 @@ from tokenmill.tokenizers.prefix import token_bytes_table
 MAGIC = b"TMLEGAL1"
 DATA_OFFSET = 4096
 FORMAT_VERSION = 1
+#: ``bit_meaning`` header values: tokenmill's own polarity and the speedrun's.
+BIT_POSSIBLE = "1 = possible next token"
+BIT_FORBIDDEN = "1 = impossible next token (forbidden pair)"
+#: ``layout`` header value of an export for modded-nanogpt.
+MODDED_NANOGPT_LAYOUT = "modded-nanogpt canon_mask: uint8[vocab_size, vocab_size // 8]"
 # The NanoGPT speedrun record's canonical GPT-2 mask (sound in any context) marks this many
 # pairs impossible; reported beside our count.
 SPEEDRUN_GPT2_IMPOSSIBLE = 70_889_701
@@ -303,68 +317,63 @@ class LegalityTable:
             "n_vocab": self.n_vocab,
             "row_bytes": self.row_bytes,
             "bit_order": "little",
-            "bit_meaning": "1 = possible next token",
+            "bit_meaning": BIT_POSSIBLE,
             **self.meta,
         }
-        blob = json.dumps(header, sort_keys=True).encode()
-        if len(blob) + 12 > DATA_OFFSET:
-            raise ValueError("legality header too large")
-        head = MAGIC + struct.pack("<I", len(blob)) + blob
-        head += b"\0" * (DATA_OFFSET - len(head))
-        with atomic_open(p) as f:
-            f.write(head)
-            f.write(np.ascontiguousarray(self.packed).data)
-        return p
+        return _write_table(p, header, [self.packed])
 
     @classmethod
     def load(cls, path: str | os.PathLike, encoding: str | TokenizerIdentity | None = None,
              mmap: bool = True) -> LegalityTable:
         """Open a saved table (memory-mapped by default).
 
+        What a set bit means is read from the file's own header (``bit_meaning``), never
+        assumed: a table in tokenmill's polarity is used as it is; one in the speedrun's
+        forbidden-pair polarity and padded layout (:func:`export_modded_nanogpt`) is inverted
+        and cut to the tokenizer's vocabulary in memory (then ``mmap`` does not apply).
+
         Args:
             encoding: the tokenizer the caller uses (name or identity); when given, a table
                 built for another tokenizer raises :class:`TokenizerMismatchError` naming both.
 
         Raises:
-            LegalityFormatError: bad magic, header or size (naming the file).
+            LegalityFormatError: bad magic, header, polarity or size (naming the file).
             TokenizerMismatchError: the table belongs to another tokenizer.
         """
-        p = Path(path)
-        if p.is_dir():
-            cands = sorted(p.glob("*.legality"))
-            if isinstance(encoding, str):
-                cands = [c for c in cands if c.stem == encoding] or cands
-            if not cands:
-                raise FileNotFoundError(f"no *.legality file in {p}")
-            p = cands[0]
-        with open(p, "rb") as f:
-            head = f.read(DATA_OFFSET)
-        if head[:8] != MAGIC:
-            raise LegalityFormatError(f"{p}: not a legality table (magic {head[:8]!r})")
-        (n,) = struct.unpack("<I", head[8:12])
-        try:
-            header = json.loads(head[12 : 12 + n])
-            ident = TokenizerIdentity(**header["identity"])
-        except Exception as e:
-            raise LegalityFormatError(f"{p}: unreadable header ({e})") from e
+        p = _table_file(Path(path), encoding)
+        header, ident = _read_header(p)
         if encoding is not None:
             want = identity(encoding) if isinstance(encoding, str) else encoding
             check_same(want, ident, f"legality table {p}")
+        meaning = header.get("bit_meaning")
+        if meaning not in (BIT_POSSIBLE, BIT_FORBIDDEN):
+            raise LegalityFormatError(
+                f"{p}: header does not say what a set bit means (bit_meaning={meaning!r}; "
+                f"expected {BIT_POSSIBLE!r} or {BIT_FORBIDDEN!r}); refusing to guess")
         V, rb = header["n_vocab"], header["row_bytes"]
         size = os.path.getsize(p)
         if size != DATA_OFFSET + V * rb:
             raise LegalityFormatError(
                 f"{p}: {size} bytes, expected {DATA_OFFSET + V * rb} for {V} rows of {rb} bytes"
             )
+        if meaning == BIT_POSSIBLE and (V != ident.n_vocab or rb != (V + 7) // 8):
+            raise LegalityFormatError(f"{p}: {V} rows of {rb} bytes, expected {ident.n_vocab} "
+                                      f"rows of {(ident.n_vocab + 7) // 8} for {ident.short()}")
+        if meaning == BIT_FORBIDDEN and (V < ident.n_vocab or rb * 8 < V):
+            raise LegalityFormatError(f"{p}: {V} rows of {rb} bytes cannot hold the "
+                                      f"{ident.n_vocab} tokens of {ident.short()}")
+        meta = {k: v for k, v in header.items()
+                if k not in ("identity", "n_vocab", "row_bytes", "bit_order", "bit_meaning",
+                             "format_version", "layout", "tokenizer_n_vocab")}
+        if meaning == BIT_FORBIDDEN:
+            meta["loaded_from"] = "forbidden-pair polarity (modded-nanogpt layout), inverted"
+            return cls(ident, _possible_from_forbidden(p, V, rb, ident.n_vocab), meta)
         if mmap:
             packed = np.memmap(p, dtype=np.uint8, mode="r", offset=DATA_OFFSET, shape=(V, rb))
         else:
             with open(p, "rb") as f:
                 f.seek(DATA_OFFSET)
                 packed = np.frombuffer(f.read(), dtype=np.uint8).reshape(V, rb)
-        meta = {k: v for k, v in header.items()
-                if k not in ("identity", "n_vocab", "row_bytes", "bit_order", "bit_meaning",
-                             "format_version")}
         return cls(ident, packed, meta)
 
     # ------------------------------------------------------------------ queries
@@ -464,6 +473,122 @@ class LegalityTable:
         inside one piece, the BPE merge that crosses the junction (or the merge result that
         keeps the two tokens apart)."""
         return explain_pair(self.analysis(), a, b, self.is_possible(a, b))
+
+
+def _table_file(p: Path, encoding: str | TokenizerIdentity | None) -> Path:
+    """``p`` itself, or the ``*.legality`` file in folder ``p`` (``<encoding>.legality`` first)."""
+    if not p.is_dir():
+        return p
+    cands = sorted(p.glob("*.legality"))
+    if isinstance(encoding, str):
+        cands = [c for c in cands if c.stem == encoding] or cands
+    if not cands:
+        raise FileNotFoundError(f"no *.legality file in {p}")
+    return cands[0]
+
+
+def _read_header(p: Path) -> tuple[dict, TokenizerIdentity]:
+    """The JSON header of table file ``p`` and its tokenizer identity.
+
+    Raises:
+        LegalityFormatError: not a tokenmill table file, or an unreadable header.
+    """
+    with open(p, "rb") as f:
+        head = f.read(DATA_OFFSET)
+    if head[:8] != MAGIC:
+        raise LegalityFormatError(
+            f"{p}: not a legality table (magic {head[:8]!r}, expected {MAGIC!r}); a bare "
+            "mask array does not say what its bits mean, so it is not read")
+    (n,) = struct.unpack("<I", head[8:12])
+    try:
+        header = json.loads(head[12 : 12 + n])
+        ident = TokenizerIdentity(**header["identity"])
+        int(header["n_vocab"]), int(header["row_bytes"])
+    except Exception as e:
+        raise LegalityFormatError(f"{p}: unreadable header ({e})") from e
+    return header, ident
+
+
+def _write_table(p: Path, header: dict, blocks) -> Path:
+    """Write magic, ``header`` and the uint8 row ``blocks`` (in order) atomically to ``p``."""
+    blob = json.dumps(header, sort_keys=True).encode()
+    if len(blob) + 12 > DATA_OFFSET:
+        raise ValueError("legality header too large")
+    head = MAGIC + struct.pack("<I", len(blob)) + blob
+    head += b"\0" * (DATA_OFFSET - len(head))
+    with atomic_open(p) as f:
+        f.write(head)
+        for block in blocks:
+            f.write(np.ascontiguousarray(block).data)
+    return p
+
+
+def _possible_from_forbidden(p: Path, V: int, rb: int, n_vocab: int) -> np.ndarray:
+    """Rows ``[:n_vocab]`` of a forbidden-polarity matrix (``V`` rows of ``rb`` bytes at
+    :data:`DATA_OFFSET` of ``p``) in tokenmill's polarity: ``uint8[n_vocab, ceil(n_vocab/8)]``,
+    bits past ``n_vocab`` zero."""
+    data = np.memmap(p, dtype=np.uint8, mode="r", offset=DATA_OFFSET, shape=(V, rb))
+    out = np.invert(np.asarray(data[:n_vocab, : (n_vocab + 7) // 8]))
+    if n_vocab % 8:
+        out[:, -1] &= np.uint8((1 << (n_vocab % 8)) - 1)
+    return out
+
+
+def export_modded_nanogpt(table: LegalityTable, path: str | os.PathLike,
+                          vocab_size: int | None = None, block_rows: int = 4096) -> Path:
+    """Write ``table`` as the speedrun's validation mask: polarity and layout of
+    modded-nanogpt's ``GPT.canon_mask`` (``build_canonical_mask`` in its ``train_gpt.py``).
+
+    The matrix is ``uint8[vocab_size, vocab_size // 8]``, row = previous token, bit ``x & 7`` of
+    byte ``x >> 3`` set when token ``x`` never follows (a *forbidden* pair); rows and columns
+    of padding ids (``>= n_vocab``) are 0 (never masked, as the speedrun's all-zero default).
+    It follows tokenmill's 4096-byte header, whose ``bit_meaning`` and ``layout`` say so, so
+    the speedrun side reads it with
+    ``np.fromfile(path, np.uint8, offset=4096).reshape(vocab_size, vocab_size // 8)`` and
+    :meth:`LegalityTable.load` reads it back in tokenmill's polarity.
+
+    Args:
+        table: a full table (not a row subset).
+        path: output file.
+        vocab_size: the model's padded vocabulary; default the next multiple of 128 (the
+            speedrun's ``next_multiple_of_n(vocab_size, n=128)``: 50,304 for GPT-2).
+        block_rows: rows converted per write (bounds memory to ``block_rows * vocab_size / 8``).
+
+    Raises:
+        ValueError: a partial table, or a ``vocab_size`` below the tokenizer's or not a
+            multiple of 8.
+    """
+    if table.rows is not None:
+        raise ValueError("only full tables are exported; this one holds a subset of rows")
+    V, rb = table.n_vocab, table.row_bytes
+    Vp = vocab_size if vocab_size is not None else -(-V // 128) * 128
+    if Vp < V or Vp % 8:
+        raise ValueError(f"vocab_size {Vp}: expected a multiple of 8 that is at least the "
+                         f"{V} ids of {table.identity.name}")
+    header = {
+        "format_version": FORMAT_VERSION,
+        "identity": table.identity.model_dump(),
+        "n_vocab": Vp,
+        "row_bytes": Vp // 8,
+        "tokenizer_n_vocab": V,
+        "bit_order": "little",
+        "bit_meaning": BIT_FORBIDDEN,
+        "layout": MODDED_NANOGPT_LAYOUT,
+        **{k: v for k, v in table.meta.items() if k != "loaded_from"},
+    }
+    last = np.uint8((1 << (V % 8)) - 1) if V % 8 else np.uint8(0xFF)
+
+    def blocks():
+        for s in range(0, Vp, block_rows):
+            e = min(s + block_rows, Vp)
+            block = np.zeros((e - s, Vp // 8), dtype=np.uint8)
+            k = max(0, min(e, V) - s)
+            if k:
+                block[:k, :rb] = np.invert(np.asarray(table.packed[s : s + k]))
+                block[:k, rb - 1] &= last
+            yield block
+
+    return _write_table(Path(path), header, blocks())
 
 
 def pair_possible(an: _Analysis, a: int, b: int) -> bool:

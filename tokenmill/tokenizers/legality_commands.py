@@ -1,27 +1,35 @@
-"""CLI: ``tokenmill legality {build,query,prefix,stats}``."""
+"""CLI: ``tokenmill legality {build,query,prefix,stats,export}``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 
 def _load_or_build(encoding: str, table: str | None, progress: bool = True):
+    """``(table, seconds, how)``: a saved table loaded (``how`` = "load") or, without
+    ``table``, one built in memory (``how`` = "build")."""
     from tokenmill.tokenizers.legality import LegalityTable
 
+    t0 = time.perf_counter()
     if table:
-        return LegalityTable.load(table, encoding=encoding)
+        loaded = LegalityTable.load(table, encoding=encoding)
+        return loaded, time.perf_counter() - t0, "load"
     print(f"building the {encoding} table in memory (pass --table DIR to reuse a saved one)",
           file=sys.stderr)
-    return LegalityTable.build(encoding, progress=progress)
+    built = LegalityTable.build(encoding, progress=progress)
+    return built, time.perf_counter() - t0, "build"
 
 
 def _build(args: argparse.Namespace) -> int:
     from tokenmill.tokenizers.legality import SPEEDRUN_GPT2_IMPOSSIBLE, LegalityTable
+    from tokenmill.tokenizers.prefix import PrefixMap
 
     table = LegalityTable.build(args.encoding, progress=not args.quiet)
     out = table.save(Path(args.output))
+    prefix_out = PrefixMap.build(args.encoding).save(out.parent)  # beside the table
     n = table.meta["n_impossible"]
     V = table.n_vocab
     print(f"{'encoding':22s} {args.encoding}")
@@ -34,6 +42,7 @@ def _build(args: argparse.Namespace) -> int:
         print(f"{'speedrun record mask':22s} {SPEEDRUN_GPT2_IMPOSSIBLE:,} "
               f"(ours / record = {n / SPEEDRUN_GPT2_IMPOSSIBLE:.3f})")
     print(f"{'written':22s} {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+    print(f"{'prefix map':22s} {prefix_out} ({prefix_out.stat().st_size / 2**10:.0f} KiB)")
     return 0
 
 
@@ -81,7 +90,7 @@ def _prefix(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     import numpy as np
 
-    table = _load_or_build(args.encoding, args.table)
+    table, seconds, how = _load_or_build(args.encoding, args.table)
     per_row = table.impossible_per_row()
     V = table.n_vocab
     total = int(per_row.sum())
@@ -89,8 +98,29 @@ def _stats(args: argparse.Namespace) -> int:
     print(f"{'impossible pairs':22s} {total:,} of {V * V:,} ({100 * total / (V * V):.2f}%)")
     print(f"{'per previous token':22s} min {int(per_row.min()):,}  "
           f"median {int(np.median(per_row)):,}  max {int(per_row.max()):,}")
-    if "build_seconds" in table.meta:
-        print(f"{'build time':22s} {table.meta['build_seconds']:.2f} s")
+    if how == "load":
+        print(f"{'load time':22s} {seconds:.2f} s ({args.table})")
+        if "build_seconds" in table.meta:
+            print(f"{'build time (saved)':22s} {table.meta['build_seconds']:.2f} s, "
+                  "when the table was built")
+    else:
+        print(f"{'build time':22s} {seconds:.2f} s (in memory, not saved)")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from tokenmill.tokenizers.legality import LegalityTable, export_modded_nanogpt
+
+    table = LegalityTable.load(args.table, encoding=args.encoding)
+    out = export_modded_nanogpt(table, Path(args.output), vocab_size=args.vocab_size)
+    Vp = (args.vocab_size or -(-table.n_vocab // 128) * 128)
+    print(f"{'format':22s} modded-nanogpt canon_mask (a set bit = forbidden pair)")
+    print(f"{'tokenizer':22s} {table.identity.short()} ({table.n_vocab:,} ids, padded to "
+          f"{Vp:,})")
+    print(f"{'forbidden pairs':22s} {table.n_impossible():,}")
+    print(f"{'written':22s} {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+    print(f"{'read it with':22s} np.fromfile(path, np.uint8, offset=4096)"
+          f".reshape({Vp}, {Vp // 8})")
     return 0
 
 
@@ -98,7 +128,8 @@ def add_legality_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``tokenmill legality ...``."""
     p = sub.add_parser("legality", help="tokenizer legality tables (impossible pairs, prefixes)")
     lsub = p.add_subparsers(dest="legality_command", required=True)
-    b = lsub.add_parser("build", help="build and save the impossible-continuation table")
+    b = lsub.add_parser("build", help="build and save the impossible-continuation table and "
+                        "the prefix map beside it")
     b.add_argument("encoding")
     b.add_argument("-o", "--output", required=True, help="output folder (or file)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -117,3 +148,13 @@ def add_legality_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("encoding")
     s.add_argument("--table", help="a saved table (file or folder); default: build in memory")
     s.set_defaults(func=_stats)
+    e = lsub.add_parser("export", help="write a saved table in another trainer's format")
+    e.add_argument("table", help="a saved table (file or folder)")
+    e.add_argument("--format", required=True, choices=["modded-nanogpt"],
+                   help="modded-nanogpt: its canon_mask, uint8[V, V // 8], 1 = forbidden pair")
+    e.add_argument("-o", "--output", required=True, help="output file")
+    e.add_argument("--encoding", default=None,
+                   help="check the table against this tokenizer (default: the table's own)")
+    e.add_argument("--vocab-size", type=int, default=None,
+                   help="the model's padded vocabulary (default: next multiple of 128)")
+    e.set_defaults(func=_export)

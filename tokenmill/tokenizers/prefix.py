@@ -13,10 +13,18 @@ O(V log V) (the sort) plus O(V) stack work.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import tiktoken
 
-from tokenmill.tokenizers import get_encoding
+from tokenmill.atomic import atomic_open
+from tokenmill.tokenizers import TokenizerIdentity, check_same, get_encoding, identity
+
+#: File name suffix of a saved map: ``<encoding>.prefix.npz``.
+PREFIX_SUFFIX = ".prefix.npz"
 
 
 def token_bytes_table(enc: tiktoken.Encoding) -> list[bytes | None]:
@@ -55,6 +63,49 @@ class PrefixMap:
                 parent[i] = stack[-1][1]
             stack.append((b, i))
         return cls(enc.name, parent)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the map atomically to ``path`` (a file, or a folder that gets
+        ``<encoding>.prefix.npz``): ``parent`` (``int32[n_vocab]``, -1 = no prefix, the
+        speedrun's ``prefix_table`` convention) and the tokenizer identity as JSON."""
+        p = Path(path)
+        if p.is_dir() or p.suffix == "":
+            p = p / f"{self.name}{PREFIX_SUFFIX}"
+        ident = json.dumps(identity(self.name).model_dump(), sort_keys=True)
+        with atomic_open(p) as f:
+            np.savez(f, parent=np.asarray(self.parent, dtype=np.int32), identity=np.array(ident))
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, encoding: str | None = None) -> PrefixMap:
+        """Read a map written by :meth:`save` (a file, or the folder holding
+        ``<encoding>.prefix.npz``).
+
+        Raises:
+            FileNotFoundError: no saved map there.
+            ValueError: not a prefix map, or ids outside its vocabulary (naming the file).
+            TokenizerMismatchError: the map was saved for another tokenizer than ``encoding``.
+        """
+        p = Path(path)
+        if p.is_dir():
+            cands = sorted(p.glob(f"{encoding or '*'}{PREFIX_SUFFIX}"))
+            if not cands:
+                raise FileNotFoundError(f"no *{PREFIX_SUFFIX} file in {p}")
+            p = cands[0]
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                parent = np.asarray(z["parent"], dtype=np.int32)
+                ident = TokenizerIdentity(**json.loads(str(z["identity"])))
+        except FileNotFoundError:
+            raise
+        except Exception as e:  # not an npz, or one without our arrays
+            raise ValueError(f"{p}: not a saved prefix map ({e})") from None
+        if len(parent) != ident.n_vocab or parent.max(initial=-1) >= ident.n_vocab:
+            raise ValueError(f"{p}: {len(parent)} entries, expected {ident.n_vocab} ids of "
+                             f"{ident.short()}")
+        if encoding is not None:
+            check_same(identity(encoding), ident, f"prefix map {p}")
+        return cls(ident.name, parent)
 
     def prefix(self, t: int) -> int:
         """Id of the longest proper prefix token of ``t``, or -1.
