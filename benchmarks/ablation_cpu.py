@@ -37,15 +37,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "data" / "tiktoken"))
 
+from tokenmill.tokenizers.legality import LegalityTable  # noqa: E402
 from tokenmill.train import train as T  # noqa: E402
+from tokenmill.train.batches import data_tokenizer, validation_set  # noqa: E402
 
 
 def partial_legality(cfg: T.TrainConfig, out: Path) -> Path:
     """Packed gpt2 legality rows for the val set's previous tokens (others: all allowed)."""
-    from tokenmill.tokenizers.legality import LegalityTable
-
-    ident = T.data_tokenizer(cfg.data)
-    val = T.validation_set(cfg)
+    ident = data_tokenizer(cfg.data)
+    val = validation_set(cfg)
     prev = np.unique(val[:, :-1].numpy())
     t0 = time.perf_counter()
     table = LegalityTable.build(ident.name, rows=prev.astype(np.int64))

@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tokenmill.manifests.mix import build_mix  # noqa: E402
-from tokenmill.manifests.schema import load_manifest  # noqa: E402
 from tokenmill.manifests.shards import read_tokens  # noqa: E402
+from tokenmill.manifests.verify import open_shards  # noqa: E402
 from tokenmill.train.data import MixLoader  # noqa: E402
 
 RANKS, ROWS, SEQ = 8, 64, 1024
@@ -119,7 +119,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         cur, note = _curation(Path(args.curation), tmp)
-        cm = load_manifest(cur)
+        t0 = time.perf_counter()
+        opened = open_shards(cur, None)  # the verified path every consumer uses
+        t_verify = time.perf_counter() - t0
+        mbytes = sum(s.path.stat().st_size + s.sidecar.stat().st_size
+                     for s in opened.shards) / 1e6
+        cm = opened.manifest
         spec = {
             "name": "bench", "manifests": [str(cur)], "seed": 0,
             "target_tokens": (args.steps + 2) * n,
@@ -131,7 +136,7 @@ def main() -> None:
         full = MixLoader(tmp / "mix.json", seq_len=SEQ, batch_size=RANKS * ROWS, dtype=dtype)
         one = MixLoader(tmp / "mix.json", seq_len=SEQ, batch_size=RANKS * ROWS,
                         world_size=RANKS, rank=0, dtype=dtype)
-        mms = [np.asarray(read_tokens(cur.parent / s.path)) for s in cm.shards("train")]
+        mms = [np.asarray(read_tokens(s.path)) for s in opened.shards if s.entry.split == "train"]
         _bare(mms, n, 3, dtype)  # page the shards in
         t_bare = _bare(mms, n, args.steps, dtype)
         t_hot = _bare(mms, n, args.steps, dtype, hot=True)
@@ -150,6 +155,8 @@ def main() -> None:
     print(f"data: {note}")
     print(f"{args.steps} steps, {args.dtype} inputs+targets, one process, "
           f"NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']}")
+    print(f"open_shards (sha256 of {len(opened.shards)} shards + sidecars, {mbytes:,.0f} MB): "
+          f"{t_verify:.2f} s, {mbytes / max(t_verify, 1e-9):,.0f} MB/s")
     print(f"{'what':38s} {'tokens/step':>11s} {'M tokens/s':>11s} {'ratio':>6s}")
     for what, tok, rate, ratio in rows:
         print(f"{what:38s} {tok:11,d} {rate / 1e6:11.1f} {ratio:6.2f}")

@@ -143,17 +143,18 @@ def main() -> None:
     sig = minhash_signatures(texts, num_perm=128, seed=1)
     t_tm = timed(lambda: minhash_signatures(texts, num_perm=128, seed=1), args.repeat)
     # the numba kernel alone, on UTF-8 bytes (normalization and word splitting included)
-    from tokenmill.pipeline import minhash as tm
+    from tokenmill.pipeline.minhash import kernels, reference, signatures
 
-    prepared = [tm._prepare(x) for x in texts]
+    prepared = [reference.utf8_bytes(x) for x in texts]
     off = np.zeros(n + 1, np.int64)
     off[1:] = np.cumsum([len(x) for x in prepared])
     buf = np.frombuffer(b"".join(prepared), np.uint8)
-    pa, pb = tm._permutations(128, 1)
+    pa, pb = signatures.permutations(128, 1)
     kout = np.empty((n, 128), np.uint32)
     kns = np.empty(n, np.int64)
-    t_kernel = timed(lambda: tm._signatures_kernel(buf, off, 5, pa, pb, tm._char_tables(),
-                                                   kout, kns), args.repeat)
+    t_kernel = timed(lambda: kernels.signatures_kernel(buf, off, 5, pa, pb,
+                                                       kernels.char_tables(), kout, kns),
+                     args.repeat)
     assert np.array_equal(kout, sig)
     sh = [shingles(x) for x in texts]
     t_prep = timed(lambda: [shingles(x) for x in texts])

@@ -20,7 +20,8 @@ Measured, in one run:
   * count and longest-match latency (median, p99) for single queries and throughput for
     batches of 4,096 (tokengrams and infini-gram have no batched count; their batch
     figure is a Python loop over single queries, the way a caller would have to do it);
-  * the online LEM predictor's tokens/s on one core, per causality mode.
+  * the online LEM predictor's tokens/s on one core, per causality mode;
+  * the compact n-gram counts' size on disk (bytes/token, ratio to the index) and build time.
 
 Usage: ``python benchmarks/bench_ngram.py [--out DIR] [--lem-tokens N]``
 """
@@ -44,9 +45,10 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(SHARED / "tiktoken"))
 
 from tests.ngram.datamix import write_datamix  # noqa: E402
 from tokenmill.manifests.schema import load_manifest  # noqa: E402
+from tokenmill.manifests.shards import read_tokens  # noqa: E402
+from tokenmill.ngram.counts import build_counts  # noqa: E402
 from tokenmill.ngram.index import SuffixArrayIndex, build_index  # noqa: E402
 from tokenmill.ngram.lem import OnlineLEM  # noqa: E402
-from tokenmill.manifests.shards import read_tokens  # noqa: E402
 
 SOURCES = ["linux-docs-rst", "c4-en-sample", "cc-main-2019-sample",
            "wikipedia-wikitext-sample", "books-public-domain"]
@@ -138,6 +140,12 @@ def main() -> int:
     s = build_index(data / "manifest.json", ours_dir, progress=False)
     ours_build, ours_cpu, ours_bpt = s["seconds"], time.process_time() - c, s["bytes_per_token"]
     index = SuffixArrayIndex(ours_dir)
+    # the compact n-gram counts (orders 2-8) beside the index: size and build time
+    counts = build_counts(index, ours_dir / "counts", orders=range(2, 9))
+    counts_line = (f"n-gram counts (orders 2-8): {counts['bytes'] / 2**20:.1f} MiB, "
+                   f"{counts['bytes'] / index.meta['tokens']:.2f} bytes/token, "
+                   f"{counts['bytes'] / s['bytes']:.2f}x the index, built in "
+                   f"{counts['seconds']:.1f} s")
     # the same shards as ~2 parts sorted on 2 threads (queries then search both parts)
     split_dir = out / "ours_parts"
     shutil.rmtree(split_dir, ignore_errors=True)
@@ -341,6 +349,7 @@ def main() -> int:
         print(line.format(*r))
     print("(ratios > 1: tokenmill better: build/latency/bytes ratio = peer / ours, throughput "
           "ratio = ours / peer, against tokengrams where it has the query, else infini-gram)")
+    print(counts_line)
     print()
     print(f"online LEM predictor, one core, {lem_n:,} tokens, steps of {step} tokens, "
           f"window {args.lem_window:,} (target: 5 M tokens/s in step mode)")

@@ -13,6 +13,7 @@ import sys
 from pydantic import ValidationError
 
 from tokenmill import __version__
+from tokenmill.errors import MAX_ERROR_LINES, error_lines
 from tokenmill.manifests import commands as manifests_commands
 from tokenmill.ngram import commands as ngram_commands
 from tokenmill.pipeline import commands as pipeline_commands
@@ -22,8 +23,6 @@ from tokenmill.train import commands as train_commands
 # Packages that contribute subcommands, in the order they appear in --help.
 _COMMAND_MODULES = (pipeline_commands, manifests_commands, tokenizers_commands,
                     ngram_commands, train_commands)
-#: An error prints at most this many lines (the file or what failed, then the details).
-MAX_ERROR_LINES = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,29 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
     for module in _COMMAND_MODULES:
         module.add_commands(sub)
     return parser
-
-
-def _field_lines(err: ValidationError, room: int) -> list[str]:
-    """``err`` as ``  path: what was expected (got ...)`` lines, at most ``room`` of them (the
-    last one then counts the rest); no pydantic dump, no documentation links."""
-    lines = []
-    for e in err.errors(include_url=False):
-        path = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        kind, msg = e["type"], str(e["msg"])
-        if kind == "extra_forbidden":
-            what = "unknown field"
-        elif kind == "missing":
-            what = "required, missing"
-        elif kind.startswith("value_error") or kind == "assertion_error":
-            what = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        else:
-            got = repr(e.get("input"))
-            got = got[:40] + "..." if len(got) > 43 else got
-            what = msg.replace("Input should be", "expected", 1) + f", got {got}"
-        lines.append(f"  {path}: {what}")
-    if len(lines) > room:
-        lines = lines[: room - 1] + [f"  ... and {len(lines) - room + 1} more wrong fields"]
-    return lines
 
 
 def _validation_error(e: BaseException) -> ValidationError | None:
@@ -84,7 +60,7 @@ def format_error(e: BaseException) -> list[str]:
         head = msg.split(dump)[0].rstrip(": \n") if dump and dump in msg and msg != dump else ""
         if not head:
             head = f"invalid {verr.title}" if msg == dump else msg.splitlines()[0]
-        return [head, *_field_lines(verr, MAX_ERROR_LINES - 1)]
+        return error_lines(head, verr, max_lines=MAX_ERROR_LINES)
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return [f"{e.filename}: {e.strerror}"]
     lines = [ln for ln in msg.splitlines() if ln.strip()] or [type(e).__name__]

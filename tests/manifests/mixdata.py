@@ -54,12 +54,20 @@ def write_curation(corpora_root: Path, out: Path, name: str, sources: dict[str, 
     Every ``val_every``-th document goes to val; train shards are cut at
     ``max_shard_tokens`` (document-aligned). Returns the manifest path.
     """
+    texts = {src: list(itertools.islice(READERS[src](corpora_root / src), limit))
+             for src, limit in sources.items()}
+    return write_texts_curation(out, name, texts, encoding, val_every, max_shard_tokens)
+
+
+def write_texts_curation(out: Path, name: str, sources: dict[str, list[tuple[str, str]]],
+                         encoding: str = "gpt2", val_every: int = 20,
+                         max_shard_tokens: int = 150_000) -> Path:
+    """:func:`write_curation` for given texts: source -> [(key, text)]."""
     enc = get_encoding(encoding)
     ident = identity(encoding)
     version = version_for_vocab(ident.n_vocab)
     entries: list[SourceEntry] = []
-    for src, limit in sources.items():
-        docs = list(itertools.islice(READERS[src](corpora_root / src), limit))
+    for src, docs in sources.items():
         ids = enc.encode_ordinary_batch([t for _, t in docs], num_threads=2)
         splits: dict[str, list[tuple[str, list[int]]]] = {"train": [], "val": []}
         for i, ((key, _), toks) in enumerate(zip(docs, ids, strict=True)):

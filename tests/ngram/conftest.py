@@ -37,3 +37,12 @@ def train_stream(quickstart) -> np.ndarray:
     m = load_manifest(quickstart)
     return np.concatenate([np.asarray(read_tokens(quickstart.parent / s.path), dtype=np.int32)
                            for s in m.shards("train")])
+
+
+@pytest.fixture(scope="session")
+def small_datamix(tmp_path_factory) -> Path:
+    """A manifest + gpt2 shards (2 train, 1 val) tokenized from real corpora (the legality
+    tests' datamix, built by the same code)."""
+    from tests.tokenizers.conftest import small_datamix as make
+
+    return make.__wrapped__(tmp_path_factory)

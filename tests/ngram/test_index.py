@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from tokenmill.manifests.schema import load_manifest
-from tokenmill.ngram.index import IndexError_, SuffixArrayIndex, build_index
 from tokenmill.manifests.shards import read_sidecar, read_tokens
+from tokenmill.manifests.verify import ShardVerifyError
+from tokenmill.ngram.index import IndexError_, SuffixArrayIndex, build_index
 
 EOT = 50256
 
@@ -220,21 +221,23 @@ def test_build_refuses_corrupt_or_out_of_vocabulary_shards(quickstart_like, tmp_
     with open(bad.parent / shard, "r+b") as f:
         f.seek(HEADER_BYTES + 2 * 100)
         f.write(b"\x07\x00")
-    with pytest.raises(IndexError_, match=r"sha256 differs.*"):
+    with pytest.raises(ShardVerifyError, match=rf"{Path(shard).name}: sha256 .* differs"):
         build_index(bad, tmp_path / "idx_flip", progress=False)
-    assert not (tmp_path / "idx_flip").exists()  # a failed build leaves no empty folder
-    # an id beyond gpt2's vocabulary, in a shard whose checksum was not recorded
+    assert not (tmp_path / "idx_flip").exists()  # refused before any output
+    # an id beyond gpt2's vocabulary, with verification explicitly off
     oov = _copy_datamix(quickstart_like, tmp_path / "oov")
     with open(oov.parent / shard, "r+b") as f:
         f.seek(HEADER_BYTES + 2 * 100)
         f.write(np.uint16(60_000).tobytes())
-    raw = json.loads(oov.read_text())
-    for src in raw["sources"]:
-        for s in src["shards"]:
-            s["sha256"] = ""
-    oov.write_text(json.dumps(raw))
-    with pytest.raises(IndexError_, match=r"token id 60000 at offset 100 is outside"):
+    with pytest.raises(ShardVerifyError, match="sha256"):
         build_index(oov, tmp_path / "idx_oov", progress=False)
+    with pytest.raises(IndexError_, match=r"token id 60000 at offset 100 is outside"):
+        build_index(oov, tmp_path / "idx_oov", progress=False, verify=False)
+    # a half-written output folder (no manifest.json) is refused, naming it
+    half = _copy_datamix(quickstart_like, tmp_path / "half")
+    half.unlink()
+    with pytest.raises(ShardVerifyError, match="manifest"):
+        build_index(half.parent, tmp_path / "idx_half", progress=False)
 
 
 def test_corrupt_index_files_and_bad_queries_are_clear_errors(index, tmp_path):

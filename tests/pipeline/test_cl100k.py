@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from tests.shared import corpora
+from tokenmill.manifests.shards import iter_documents, read_header, read_tokens
 from tokenmill.manifests.validate import validate_manifest
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.executor import run_datamix
 from tokenmill.pipeline.normalize import normalize_text
-from tokenmill.manifests.shards import iter_documents, read_header, read_tokens
 from tokenmill.tokenizers import get_encoding
 
 

@@ -30,6 +30,7 @@ from tokenmill.pipeline.minhash import (
     word_hash32,
 )
 from tokenmill.pipeline.step import Document
+from tokenmill.raysession import init_ray
 
 
 def _cc_docs() -> list[tuple[str, str]]:
@@ -48,11 +49,7 @@ def _true_jaccard(a: str, b: str, ngram: int = 5) -> float:
 
 @pytest.fixture(scope="module")
 def ray_2cpu():
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+    init_ray(num_cpus=2)  # no-op when Ray is already up
     # left running for later tests (Ray shuts down at interpreter exit)
 
 
@@ -82,7 +79,7 @@ def test_kernel_word_lengths_and_block_edges():
     blocks: words of every length from 1 to 70 bytes, ASCII and not, at every offset
     against block edges, with non-ASCII bytes and NFKC expansions near the edges; also
     through the kernel directly with no padding after the last document."""
-    from tokenmill.pipeline import minhash as mh
+    from tokenmill.pipeline.minhash import kernels, signatures
 
     rng = random.Random(5)
     alphabet = "abcXYZ019" + "éßДж中文ﬁ①Ａ" + "\u2019"
@@ -103,13 +100,13 @@ def test_kernel_word_lengths_and_block_edges():
         m.update_batch(shingles(t, 2))
         assert np.array_equal(m.hashvalues, row), repr(t[:80])
     # the kernel on unpadded bytes (the last document's tail read byte by byte)
-    a, b = mh._permutations(32, 3)
+    a, b = signatures.permutations(32, 3)
     for t, row in zip(texts[::17], sig[::17], strict=True):
         raw = np.frombuffer(t.encode("utf-8", "surrogatepass"), np.uint8)
         out = np.empty((1, 32), np.uint32)
         nsh = np.empty(1, np.int64)
-        mh._signatures_kernel(raw, np.array([0, raw.size], np.int64), 2, a, b,
-                              mh._char_tables(), out, nsh)
+        kernels.signatures_kernel(raw, np.array([0, raw.size], np.int64), 2, a, b,
+                                  kernels.char_tables(), out, nsh)
         assert np.array_equal(out[0], row), repr(t[:80])
 
 
@@ -363,8 +360,7 @@ def test_determinism_ray_workers_and_input_order():
     results = []
     for cpus in (1, 2):
         ray.shutdown()
-        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        init_ray(num_cpus=cpus)
         results.append(fuzzy_dedup(keys, texts))
         results.append(fuzzy_dedup(keys, texts, n_tasks=9))
     perm = list(range(len(docs)))

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 
 from tests.shared import corpora
+from tokenmill.manifests.shards import iter_documents, read_tokens
 from tokenmill.manifests.validate import validate_manifest
 from tokenmill.pipeline.normalize import normalize_text
 from tokenmill.pipeline.readers import read_file
-from tokenmill.manifests.shards import iter_documents, read_tokens
 from tokenmill.pipeline.sources import _list_files
 from tokenmill.pipeline.step import Document
 from tokenmill.tokenizers import get_encoding

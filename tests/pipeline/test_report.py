@@ -30,11 +30,11 @@ from tokenmill.manifests.schema import (
     SourceEntry,
     load_manifest,
 )
+from tokenmill.manifests.shards import sidecar_path, write_shard
 from tokenmill.pipeline.langid import LanguageFilter
 from tokenmill.pipeline.minhash import FuzzyDedup
 from tokenmill.pipeline.quality import FineWebQualityFilter, GopherQualityFilter
 from tokenmill.pipeline.report import document_waterfall, write_report
-from tokenmill.manifests.shards import sidecar_path, write_shard
 from tokenmill.pipeline.step import Document, Rejection
 from tokenmill.tokenizers import get_encoding, identity
 

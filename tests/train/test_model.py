@@ -168,3 +168,20 @@ def test_tied_head_and_softcap():
     assert logits.abs().max() <= 15.0
     loss = m(idx, idx)
     torch.testing.assert_close(loss, F.cross_entropy(logits.reshape(8, -1), idx.reshape(-1)))
+
+
+def test_return_aux_splits_the_loss_into_lm_and_auxiliary():
+    """``return_aux`` gives the weighted auxiliary term: loss - aux is the plain next-token
+    loss of the same logits, and aux is 0 without auxiliary targets."""
+    m = _randomize(_tiny())
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, 300, (2, 16), generator=g)
+    y = torch.randint(0, 300, (2, 16), generator=g)
+    aux_t = torch.randint(-1, 300, (2, 16), generator=g)
+    loss, aux = m(idx, y, aux_targets=aux_t, aux_weight=0.3, return_aux=True)
+    plain = m(idx, y)
+    assert not aux.requires_grad and aux > 0
+    torch.testing.assert_close(loss - aux, plain, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(loss, m(idx, y, aux_targets=aux_t, aux_weight=0.3))
+    loss0, aux0 = m(idx, y, return_aux=True)
+    assert aux0 == 0 and torch.equal(loss0, plain)

@@ -10,107 +10,83 @@ BOS-aligned loader relies on; a ``*.docs.parquet`` sidecar (offset, n_tokens, ke
 source) sits beside each shard (modded-nanogpt ignores it) and ``export.json`` lists
 every file with its sha256 and each source's tokens.
 
-The train stream interleaves **whole documents**: each source's documents are read in
-the same seeded per-epoch order as :mod:`tokenmill.train.data` uses, and the next
-document always comes from the source furthest behind its planned cumulative tokens
-(the manifest's effective weight schedule integrated over the stream), until each
-source has contributed exactly its granted tokens (its last document is cut to fit; the
-cut head still starts with EOT).
-So every prefix of the stream, and thus whatever modded-nanogpt reads of it, honours
-the mixture. Same manifest, same bytes.
+The train stream is **exactly the token stream** :class:`tokenmill.train.data.MixLoader`
+yields for the same manifest, seed, ``seq_len``, global ``batch_size`` and ``remainder``
+(defaults 2048, 1, carry): both follow :mod:`tokenmill.manifests.schedule`. The loader's
+rows of ``seq_len + 1`` tokens, step after step, are written back to back; each row is a
+run of *pieces* (a whole document, the head of one cut at the row's end, or, opening a
+row, a cut document's tail with the EOT token prepended), so every exported document still
+starts with EOT and the sidecar names each one's key, source and ``doc_offset`` (its
+first token's offset in the original document; > 0 only for a tail). Every prefix of the
+stream honours the mixture to within one row. The val stream holds every val document,
+whole, in manifest order. Same manifest and options, same bytes.
+
+Before anything is written, every shard and sidecar the manifest lists is checked against
+it (:func:`tokenmill.manifests.verify.open_shards`): a stale or truncated shard is refused,
+naming the files; ``verify=False`` (``--no-verify``) skips only the sha256 comparison.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from tokenmill.atomic import atomic_write_text, sha256_file
-from tokenmill.manifests.mix import TrainingMixManifest, load_mix_manifest
-from tokenmill.manifests.shards import (
-    VERSION_UINT16,
-    read_sidecar,
-    version_for_vocab,
-    write_shard,
-)
-from tokenmill.train.data import _key, _shuffle_range, load_documents
+from tokenmill.manifests.mixschema import TrainingMixManifest
+from tokenmill.manifests.schedule import MixDocuments, MixSchedule, load_documents
+from tokenmill.manifests.shards import VERSION_UINT16, version_for_vocab, write_shard
+from tokenmill.manifests.verify import open_shards
 
 FORMATS = ("modded-nanogpt",)
 DEFAULT_SHARD_TOKENS = 100_000_000  # FineWeb's shards hold 10^8 tokens
+DEFAULT_SEQ_LEN = 2048  # modded-nanogpt's max_seq_len for BOS-aligned sequences
 
 
-@njit(cache=True)
-def _mixed_order(seed, seg_start, seg_w, grant, src_lo, src_hi, doc_len):
-    """Whole-document interleaving (see the module docstring).
+@dataclass
+class _Pieces:
+    """A split's exported documents in stream order: ``length`` tokens from ``offset`` of
+    shard ``shard`` (indices into :class:`MixDocuments`), preceded by an EOT when ``bos``;
+    ``doc`` is the source document, ``src`` the mix source index. All int64 [n]."""
 
-    Returns (doc indices, their source, tokens taken: the whole document except for a
-    source's last one, cut to its grant). Deficit rule: pick the source with the largest
-    planned(total) - emitted among those with emitted < grant; planned_i(t) is the
-    integral of source i's effective weight over stream tokens [0, t).
-    """
-    n_src = grant.shape[0]
-    perm = np.arange(doc_len.shape[0])
-    epoch = np.zeros(n_src, np.int64)
-    pos = np.zeros(n_src, np.int64)
-    count = np.zeros(n_src, np.int64)
-    for i in range(n_src):  # how many documents each source needs
-        n_docs = src_hi[i] - src_lo[i]
-        got = 0
-        e = 0
-        while got < grant[i] and n_docs > 0:
-            _shuffle_range(perm, src_lo[i], src_hi[i], _key(seed, np.uint64(i + 1),
-                                                            np.uint64(e)))
-            for k in range(src_lo[i], src_hi[i]):
-                if got >= grant[i]:
-                    break
-                got += doc_len[perm[k]]
-                count[i] += 1
-            e += 1
-        _shuffle_range(perm, src_lo[i], src_hi[i], _key(seed, np.uint64(i + 1), np.uint64(0)))
-    n = count.sum()
-    out_doc = np.empty(n, np.int64)
-    out_src = np.empty(n, np.int64)
-    out_len = np.empty(n, np.int64)
-    emitted = np.zeros(n_src, np.int64)
-    total = 0
-    n_seg = seg_start.shape[0]
-    for j in range(n):
-        best = -1
-        best_def = 0.0
-        for i in range(n_src):
-            if emitted[i] >= grant[i]:
-                continue
-            planned = 0.0
-            for k in range(n_seg):
-                a = seg_start[k]
-                b = seg_start[k + 1] if k + 1 < n_seg else 1 << 62
-                if total > a:
-                    planned += seg_w[k, i] * (min(total, b) - a)
-            d = planned - emitted[i]
-            if best < 0 or d > best_def:
-                best = i
-                best_def = d
-        i = best
-        n_docs = src_hi[i] - src_lo[i]
-        if pos[i] == n_docs:
-            epoch[i] += 1
-            pos[i] = 0
-            _shuffle_range(perm, src_lo[i], src_hi[i],
-                           _key(seed, np.uint64(i + 1), np.uint64(epoch[i])))
-        d = perm[src_lo[i] + pos[i]]
-        pos[i] += 1
-        take = min(doc_len[d], grant[i] - emitted[i])
-        out_doc[j] = d
-        out_src[j] = i
-        out_len[j] = take
-        emitted[i] += take
-        total += take
-    return out_doc, out_src, out_len
+    shard: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    bos: np.ndarray
+    doc: np.ndarray
+    src: np.ndarray
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Exported tokens per piece (EOT prepended included)."""
+        return self.length + self.bos
+
+
+def _train_pieces(m: TrainingMixManifest, docs: MixDocuments, seq_len: int, batch_size: int,
+                  carry_all: bool) -> _Pieces:
+    """The loader's schedule for every step of the budget, flattened in row order."""
+    sched = MixSchedule(m, docs, "train", seq_len, batch_size, carry_all=carry_all)
+    parts: list[list[np.ndarray]] = [[] for _ in range(6)]
+    for step in range(sched.num_steps()):
+        n = sched.plan(step)
+        src = np.repeat(sched.row_src, np.diff(sched.row_ptr))[:n]
+        for lst, a in zip(parts, (sched.piece_shard, sched.piece_off, sched.piece_len,
+                                  sched.piece_bos, sched.piece_doc, src), strict=True):
+            lst.append(a[:n].copy())
+    cols = [np.concatenate(p) if p else np.zeros(0, np.int64) for p in parts]
+    return _Pieces(*cols)
+
+
+def _val_pieces(docs: MixDocuments, counts: list[int]) -> _Pieces:
+    """Every val document, whole, in manifest order (``counts``: documents per source)."""
+    n = len(docs.doc_len)
+    return _Pieces(shard=docs.doc_shard, offset=docs.doc_off, length=docs.doc_len,
+                   bos=np.zeros(n, np.int64), doc=np.arange(n, dtype=np.int64),
+                   src=np.repeat(np.arange(len(counts), dtype=np.int64), counts))
 
 
 def _chunks(lens: np.ndarray, shard_tokens: int) -> list[slice]:
@@ -126,87 +102,112 @@ def _chunks(lens: np.ndarray, shard_tokens: int) -> list[slice]:
     return out
 
 
+def _write_split(out: Path, split: str, first: int, pieces: _Pieces, docs: MixDocuments,
+                 names: list[str], eot: int, shard_tokens: int, log) -> list[dict]:
+    """Write a split's pieces as ``fineweb_{split}_{first + c:06d}.bin`` files (+ sidecars
+    with key, source, doc_offset); returns their ``export.json`` entries."""
+    files = []
+    keys = docs.keys()
+    lens = pieces.tokens
+    for c, run in enumerate(_chunks(lens, shard_tokens)):
+        n_tok = lens[run]
+        offsets = np.concatenate([[0], np.cumsum(n_tok)[:-1]]).astype(np.uint64)
+        tokens = np.empty(int(n_tok.sum()), np.uint16)
+        doc_keys, srcs, doc_offs = [], [], []
+        for j, a, n, bos, d, i, o in zip(
+                pieces.shard[run].tolist(), pieces.offset[run].tolist(),
+                pieces.length[run].tolist(), pieces.bos[run].tolist(),
+                pieces.doc[run].tolist(), pieces.src[run].tolist(), offsets.tolist(),
+                strict=True):
+            if bos:
+                tokens[o] = eot
+            tokens[o + bos:o + bos + n] = docs.shards[j][a:a + n]
+            doc_keys.append(keys[j][int(docs.doc_row[d])])
+            srcs.append(names[i])
+            doc_offs.append(a - int(docs.doc_off[d]))
+        path = out / f"fineweb_{split}_{first + c:06d}.bin"
+        write_shard(path, tokens, VERSION_UINT16, offsets, doc_keys, extra_columns={
+            "source": pa.array(srcs, pa.string()),
+            "doc_offset": pa.array(doc_offs, pa.uint64())})
+        files.append({"path": path.name, "split": split, "tokens": int(tokens.size),
+                      "documents": len(doc_keys), "sha256": sha256_file(path)})
+        log(f"wrote {path} ({tokens.size:,} tokens, {len(doc_keys)} documents)")
+    return files
+
+
+def _per_source(m: TrainingMixManifest, pieces: _Pieces) -> dict[str, dict]:
+    lens = pieces.tokens
+    total = int(lens.sum())
+    out = {}
+    for i, s in enumerate(m.sources):
+        t = int(lens[pieces.src == i].sum())
+        out[s.name] = {"tokens": t, "documents": int((pieces.src == i).sum()),
+                       "share": t / total if total else 0.0,
+                       "effective_weight": s.effective_weight}
+    return out
+
+
 def export_modded_nanogpt(
     manifest_path: str | os.PathLike,
     out_dir: str | os.PathLike,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     splits: tuple[str, ...] = ("train", "val"),
     log=print,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    batch_size: int = 1,
+    remainder: str = "carry",
+    verify: bool = True,
 ) -> dict:
     """Write ``fineweb_{train,val}_*.bin`` (+ sidecars, ``export.json``) under ``out_dir``.
 
     Args:
-        manifest_path: a training datamix manifest (``tokenmill mix build``).
+        manifest_path: a training-mix manifest (``tokenmill mix build``).
         shard_tokens: most tokens per output shard (document-aligned; a longer document
             gets a shard of its own).
+        seq_len, batch_size, remainder: the :class:`~tokenmill.train.data.MixLoader`
+            settings whose token stream the train files hold (``batch_size`` global rows).
+        verify: compare every shard's and sidecar's sha256 with the manifest first;
+            ``False`` skips only that (presence and headers are always checked).
 
     Returns:
         The ``export.json`` content (files with split / tokens / documents / sha256,
-        per-source train tokens and shares).
+        per-source train tokens and shares, the loader settings).
 
     Raises:
+        ShardVerifyError: the manifest is missing or is a curation manifest, or a shard
+            is missing, truncated or (``verify``) differs from the manifest (names them).
         ValueError: the tokenizer's vocabulary does not fit uint16 (modded-nanogpt reads
             version-1 shards only), or any loader check fails (see
-            :func:`tokenmill.train.data.load_documents`).
+            :func:`tokenmill.manifests.schedule.load_documents`).
     """
-    manifest_path = Path(manifest_path)
-    m: TrainingMixManifest = load_mix_manifest(manifest_path)
+    if remainder not in ("carry", "drop"):
+        raise ValueError(f"remainder must be 'carry' or 'drop', not {remainder!r}")
+    opened = open_shards(manifest_path, None, kind="training-mix", verify=verify)
+    m: TrainingMixManifest = opened.manifest
     if version_for_vocab(m.tokenizer.n_vocab) != VERSION_UINT16:
         raise ValueError(
-            f"{manifest_path}: tokenizer {m.tokenizer.short()} has {m.tokenizer.n_vocab} ids; "
-            "modded-nanogpt's _load_data_shard reads uint16 tokens (header version 1) only")
+            f"{opened.manifest_path}: tokenizer {m.tokenizer.short()} has "
+            f"{m.tokenizer.n_vocab} ids; modded-nanogpt's _load_data_shard reads uint16 "
+            "tokens (header version 1) only")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    root = manifest_path.resolve().parent
-    seed = np.uint64(m.seed & 0xFFFFFFFFFFFFFFFF)
     files, per_source = [], {}
+    names = [s.name for s in m.sources]  # val documents keep their source's name
     for split in splits:
-        docs = load_documents(m, root, split)
+        docs = load_documents(m, opened.root, split, verify=False)  # verified above
         if split == "train":
-            names = docs.source_names
-            seg_start = np.array([s.start_token for s in m.segments], np.int64)
-            seg_w = np.array([[s.weights.get(n, 0.0) for n in names] for s in m.segments])
-            grant = np.array([s.granted_tokens for s in m.sources], np.int64)
-            order, src, take = _mixed_order(seed, seg_start, seg_w, grant, docs.src_lo,
-                                      docs.src_hi, docs.doc_len)
-            first = 1  # modded-nanogpt: val is shard 000000, train starts at 000001
+            pieces = _train_pieces(m, docs, seq_len, batch_size, remainder == "carry")
+            per_source = _per_source(m, pieces)
         else:
-            order = np.arange(len(docs.doc_len), dtype=np.int64)
-            counts = [sum(sh.range_documents for sh in s.val_shards) for s in m.sources]
-            src = np.repeat(np.arange(len(m.sources), dtype=np.int64), counts)
-            take = docs.doc_len.copy()
-            names = [s.name for s in m.sources]  # val documents keep their source's name
-            first = 0
-        keys_cache: dict[int, list[str]] = {}
-        for c, run in enumerate(_chunks(take, shard_tokens)):
-            lens = take[run]
-            offsets = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.uint64)
-            tokens = np.empty(int(lens.sum()), np.uint16)
-            keys, srcs = [], []
-            for d, i, o, n in zip(order[run].tolist(), src[run].tolist(), offsets.tolist(),
-                                  lens.tolist(), strict=True):
-                j = int(docs.doc_shard[d])
-                a = int(docs.doc_off[d])
-                tokens[o:o + n] = docs.shards[j][a:a + n]
-                if j not in keys_cache:
-                    keys_cache[j] = read_sidecar(docs.shard_paths[j]).column("key").to_pylist()
-                keys.append(keys_cache[j][int(docs.doc_row[d])])
-                srcs.append(names[i])
-            path = out / f"fineweb_{split}_{first + c:06d}.bin"
-            write_shard(path, tokens, VERSION_UINT16, offsets, keys,
-                        extra_columns={"source": pa.array(srcs, pa.string())})
-            files.append({"path": path.name, "split": split, "tokens": int(tokens.size),
-                          "documents": len(keys), "sha256": sha256_file(path)})
-            log(f"wrote {path} ({tokens.size:,} tokens, {len(keys)} documents)")
-        if split == "train":
-            total = int(take.sum())
-            for i, n in enumerate(names):
-                t = int(take[src == i].sum())
-                per_source[n] = {"tokens": t, "documents": int((src == i).sum()),
-                                 "share": t / total if total else 0.0,
-                                 "effective_weight": m.sources[i].effective_weight}
+            pieces = _val_pieces(docs, [sum(sh.range_documents for sh in s.val_shards)
+                                        for s in m.sources])
+        # modded-nanogpt: val is shard 000000, train starts at 000001
+        files += _write_split(out, split, 1 if split == "train" else 0, pieces, docs, names,
+                              int(m.tokenizer.eot_token), shard_tokens, log)
     summary = {"format": "modded-nanogpt", "mix": m.name,
-               "mix_manifest_sha256": sha256_file(manifest_path),
+               "mix_manifest_sha256": sha256_file(opened.manifest_path),
+               "loader": {"seq_len": seq_len, "batch_size": batch_size,
+                          "remainder": remainder, "verified": verify},
                "tokenizer": m.tokenizer.model_dump(mode="json"), "files": files,
                "sources": per_source}
     atomic_write_text(out / "export.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -45,19 +45,34 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokenmill.atomic import atomic_write_text, sha256_bytes, sha256_file
-from tokenmill.manifests.schema import DatamixManifest, ShardEntry, load_manifest
-from tokenmill.manifests.shards import read_sidecar, sidecar_path
-from tokenmill.tokenizers import TokenizerIdentity, TokenizerMismatchError
+from tokenmill.atomic import sha256_bytes, sha256_file
+from tokenmill.manifests.mixschema import (
+    MIX_SCHEMA_VERSION,
+    CurationRef,
+    MixSegment,
+    MixShard,
+    MixSource,
+    TrainingMixManifest,
+    load_mix_manifest,
+)
+from tokenmill.manifests.schema import DatamixManifest, ShardEntry, SourceEntry
+from tokenmill.manifests.shards import read_sidecar
+from tokenmill.manifests.verify import open_shards
+from tokenmill.tokenizers import TokenizerMismatchError
 
-MIX_SCHEMA_VERSION = 1
+__all__ = [  # the training-mix manifest's models live in mixschema; re-exported here
+    "MIX_SCHEMA_VERSION", "CurationRef", "MixPlan", "MixSegment", "MixShard", "MixSource",
+    "MixSourceSpec", "MixSpec", "SchedulePoint", "ScheduleSpec", "TrainingMixManifest",
+    "build_mix", "load_mix_manifest", "load_spec", "plan_mix", "plan_spec_file", "plan_table",
+]
 
 
 class _Model(BaseModel):
@@ -128,97 +143,6 @@ def load_spec(path: str | os.PathLike) -> MixSpec:
         raise ValueError(f"{p}: invalid mix spec: {e}") from e
 
 
-# ----------------------------------------------------------------------- manifest
-
-
-class MixShard(_Model):
-    path: str = Field(description="shard .bin path, relative to the training manifest folder")
-    split: Literal["train", "val"]
-    version: int
-    tokens: int = Field(description="tokens in the whole shard")
-    documents: int
-    sha256: str
-    sidecar_sha256: str
-    start: int = Field(description="first token of the usable range (a document start)")
-    end: int = Field(description="end (exclusive) of the usable range (a document end)")
-    range_tokens: int
-    range_documents: int
-
-
-class MixSource(_Model):
-    name: str = Field(description="name in the mix spec")
-    manifest: int = Field(description="index into curation_manifests")
-    source: str = Field(description="source name in the curation manifest")
-    weight: float = Field(description="requested share at token 0 (normalized)")
-    requested_share: float = Field(description="requested tokens / requested total")
-    max_epochs: float
-    available_tokens: int = Field(description="train tokens of the source (EOT included)")
-    available_documents: int
-    requested_tokens: int
-    epochs_needed: float = Field(description="requested_tokens / available_tokens")
-    granted_tokens: int
-    epochs: float = Field(description="granted_tokens / available_tokens (fractional)")
-    effective_weight: float = Field(description="granted_tokens / total_tokens")
-    shortfall_tokens: int
-    shards: list[MixShard] = Field(description="train shards with the token ranges to use")
-    val_shards: list[MixShard]
-
-
-class MixSegment(_Model):
-    start_token: int = Field(description="first token of this segment in the mixed stream")
-    tokens: int
-    weights: dict[str, float] = Field(description="effective weight per source (sums to 1)")
-
-
-class CurationRef(_Model):
-    name: str
-    path: str = Field(description="relative to the training manifest folder")
-    sha256: str
-
-
-class TrainingMixManifest(_Model):
-    """A training datamix manifest (``tokenmill mix build``)."""
-
-    schema_version: int = MIX_SCHEMA_VERSION
-    kind: Literal["training-mix"] = "training-mix"
-    name: str
-    spec: dict[str, Any]
-    spec_sha256: str
-    seed: int
-    target_tokens: int
-    total_tokens: int
-    tokenizer: TokenizerIdentity
-    curation_manifests: list[CurationRef]
-    sources: list[MixSource]
-    segments: list[MixSegment]
-    warnings: list[str]
-
-    def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-
-    def write(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        atomic_write_text(path, self.to_json())
-        return path
-
-
-def load_mix_manifest(path: str | os.PathLike) -> TrainingMixManifest:
-    """Read a training datamix manifest.
-
-    Raises:
-        ValueError: the file is not a training datamix manifest of a known schema version.
-    """
-    p = Path(path)
-    data = json.loads(p.read_text())
-    if data.get("kind") != "training-mix":
-        raise ValueError(f"{p}: not a training datamix manifest (kind={data.get('kind')!r}); "
-                         "make one with `tokenmill mix build`")
-    if data.get("schema_version") != MIX_SCHEMA_VERSION:
-        raise ValueError(f"{p}: training datamix schema_version {data.get('schema_version')} "
-                         f"is not {MIX_SCHEMA_VERSION}")
-    return TrainingMixManifest.model_validate(data)
-
-
 # ----------------------------------------------------------------------- planning
 
 
@@ -232,16 +156,16 @@ class MixPlan(_Model):
         return plan_table(self.manifest)
 
 
-def _resolve_manifests(spec: MixSpec, base: Path) -> list[tuple[Path, DatamixManifest]]:
+def _resolve_manifests(spec: MixSpec, base: Path, verify: bool
+                       ) -> list[tuple[Path, DatamixManifest]]:
+    """The spec's curation manifests, each opened through :func:`open_shards` (present,
+    complete, every shard and sidecar checked; sha256 too with ``verify``)."""
     out = []
     for m in spec.manifests:
         p = Path(m)
         p = p if p.is_absolute() else base / p
-        if p.is_dir():
-            p = p / "manifest.json"
-        if not p.exists():
-            raise FileNotFoundError(f"curation manifest {p} (from the mix spec) not found")
-        out.append((p, load_manifest(p)))
+        opened = open_shards(p, None, kind="curation", verify=verify)
+        out.append((opened.manifest_path, opened.manifest))
     first_path, first = out[0]
     for p, m in out[1:]:
         if m.tokenizer != first.tokenizer:
@@ -338,30 +262,23 @@ def _ranges(shards: list[ShardEntry], folder: Path, frac: float) -> list[tuple[i
     return out
 
 
-def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
-             verify: bool = False) -> MixPlan:
-    """Plan a training datamix.
+@dataclass
+class _Grants:
+    """Per source (spec order): requested tokens per segment, requested total, cap and
+    granted tokens, and the total; the arithmetic of :func:`plan_mix`."""
 
-    Args:
-        spec: the mix spec; its manifest paths are relative to ``spec_dir``.
-        out_dir: folder the training manifest will live in (paths are made relative to
-            it); default ``spec_dir``.
-        verify: recompute the sha256 of every shard and sidecar and compare with the
-            curation manifest (slow for large sets).
+    req_seg: np.ndarray
+    req: np.ndarray
+    avail: np.ndarray
+    cap: np.ndarray
+    grant: np.ndarray
+    total: float
 
-    Raises:
-        TokenizerMismatchError: the curation manifests use different tokenizers (names both).
-        ValueError: an unknown or ambiguous source, a source with no train tokens but a
-            positive weight, or (``verify``) a shard whose sha256 differs.
-        FileNotFoundError: a curation manifest is missing.
-    """
-    base = Path(spec_dir).resolve()
-    root = Path(out_dir).resolve() if out_dir is not None else base
-    mans = _resolve_manifests(spec, base)
-    keys = list(spec.sources)
-    resolved = [_find_source(k, spec.sources[k], mans) for k in keys]
-    avail = np.array([src.tokens.get("train", 0) for _, src in resolved], dtype=np.float64)
-    segs = _segments(spec)
+
+def _grants(spec: MixSpec, keys: list[str], avail: np.ndarray,
+            segs: list[tuple[int, int, dict[str, float]]]) -> _Grants:
+    """Requests from the segment weights, caps from max_epochs, grants by the
+    ``on_shortfall`` rule (rounded to integers keeping the sum)."""
     req_seg = np.array([[seg[2][k] * seg[1] for k in keys] for seg in segs], dtype=np.float64)
     req = req_seg.sum(axis=0)
     for k, a, r in zip(keys, avail, req, strict=True):
@@ -373,32 +290,42 @@ def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathL
     else:
         grant = _water_fill(req, cap, float(spec.target_tokens))
     grant = _round_keeping_sum(grant)
-    total = float(grant.sum())
-    scale = np.divide(grant, req, out=np.zeros_like(grant), where=req > 0)
-    g_seg = req_seg * scale[None, :]
+    return _Grants(req_seg=req_seg, req=req, avail=avail, cap=cap, grant=grant,
+                   total=float(grant.sum()))
+
+
+def _shortfall_warnings(spec: MixSpec, keys: list[str], g: _Grants) -> list[str]:
+    """One warning per source granted less than it requested, plus the total's."""
     warnings = []
-    req_total = float(req.sum())
+    req_total = float(g.req.sum())
     for i, k in enumerate(keys):
-        short = req[i] - grant[i]
+        short = g.req[i] - g.grant[i]
         if short > 0.5:
             warnings.append(
-                f"source {k!r} runs out before its weight is met: needs {int(round(req[i]))} "
-                f"tokens ({req[i] / avail[i]:.3f} epochs) but has {int(avail[i])} tokens x "
-                f"max_epochs {spec.sources[k].max_epochs:g} = {int(cap[i])}; shortfall "
+                f"source {k!r} runs out before its weight is met: needs {int(round(g.req[i]))} "
+                f"tokens ({g.req[i] / g.avail[i]:.3f} epochs) but has {int(g.avail[i])} tokens "
+                f"x max_epochs {spec.sources[k].max_epochs:g} = {int(g.cap[i])}; shortfall "
                 f"{int(round(short))} tokens ({100 * short / req_total:.2f}% of the "
                 f"{spec.target_tokens} token budget); effective share "
-                f"{grant[i] / total:.4f} instead of {req[i] / req_total:.4f}")
-    if spec.on_shortfall == "shrink" and total < spec.target_tokens:
+                f"{g.grant[i] / g.total:.4f} instead of {g.req[i] / req_total:.4f}")
+    if spec.on_shortfall == "shrink" and g.total < spec.target_tokens:
         if warnings:
-            warnings.append(f"total tokens {int(total)} < target {spec.target_tokens} "
+            warnings.append(f"total tokens {int(g.total)} < target {spec.target_tokens} "
                             f"(on_shortfall: shrink)")
-    elif total < spec.target_tokens:
-        warnings.append(f"every source is capped: total tokens {int(total)} < target "
+    elif g.total < spec.target_tokens:
+        warnings.append(f"every source is capped: total tokens {int(g.total)} < target "
                         f"{spec.target_tokens}")
+    return warnings
 
+
+def _mix_segments(keys: list[str], g: _Grants) -> list[MixSegment]:
+    """Effective per-segment weights: each source's segment requests scaled by its
+    grant / request; segment lengths follow, the last one ends at the total."""
+    scale = np.divide(g.grant, g.req, out=np.zeros_like(g.grant), where=g.req > 0)
+    g_seg = g.req_seg * scale[None, :]
     segments = []
     pos = 0
-    for j in range(len(segs)):
+    for j in range(g_seg.shape[0]):
         length = float(g_seg[j].sum())
         if length <= 0:
             continue
@@ -407,56 +334,85 @@ def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathL
         segments.append(MixSegment(start_token=pos, tokens=n, weights=ws))
         pos += n
     if segments:  # rounding: the last segment ends at the total
-        segments[-1].tokens = int(total) - segments[-1].start_token
+        segments[-1].tokens = int(g.total) - segments[-1].start_token
+    return segments
 
-    refs = []
-    for p, m in mans:
-        refs.append(CurationRef(name=m.name, path=os.path.relpath(p, root),
-                                sha256=sha256_file(p)))
-    sources = []
-    for i, (k, (mi, src)) in enumerate(zip(keys, resolved, strict=True)):
-        folder = mans[mi][0].parent
-        frac = grant[i] / avail[i] if avail[i] > 0 else 0.0
-        entries = []
-        for split, fr in (("train", frac), ("val", 1.0)):
-            shards = [s for s in src.shards if s.split == split]
-            for s, (a, b, nd) in zip(shards, _ranges(shards, folder, fr), strict=True):
-                absp = folder / s.path
-                if verify:
-                    for what, got, want in (
-                        ("shard", sha256_file(absp), s.sha256),
-                        ("sidecar", sha256_file(sidecar_path(absp)), s.sidecar_sha256)):
-                        if got != want:
-                            raise ValueError(f"{absp}: {what} sha256 {got} != curation "
-                                             f"manifest {want}")
-                entries.append(MixShard(
-                    path=os.path.relpath(absp, root), split=split, version=s.version,
-                    tokens=s.tokens, documents=s.documents, sha256=s.sha256,
-                    sidecar_sha256=s.sidecar_sha256, start=a, end=b, range_tokens=b - a,
-                    range_documents=nd))
-        sources.append(MixSource(
-            name=k, manifest=mi, source=src.name, weight=float(segs[0][2][k]),
-            requested_share=float(req[i] / req_total), max_epochs=spec.sources[k].max_epochs,
-            available_tokens=int(avail[i]), available_documents=src.documents.get("train", 0),
-            requested_tokens=int(round(req[i])),
-            epochs_needed=float(req[i] / avail[i]) if avail[i] > 0 else 0.0,
-            granted_tokens=int(grant[i]), epochs=float(frac),
-            effective_weight=float(grant[i] / total) if total else 0.0,
-            shortfall_tokens=int(round(max(0.0, req[i] - grant[i]))),
-            shards=[e for e in entries if e.split == "train"],
-            val_shards=[e for e in entries if e.split == "val"]))
+
+def _mix_shards(src: SourceEntry, folder: Path, root: Path, frac: float) -> list[MixShard]:
+    """The source's train shards (a ``frac`` prefix of each when < 1) and val shards."""
+    entries = []
+    for split, fr in (("train", frac), ("val", 1.0)):
+        shards = [s for s in src.shards if s.split == split]
+        for s, (a, b, nd) in zip(shards, _ranges(shards, folder, fr), strict=True):
+            entries.append(MixShard(
+                path=os.path.relpath(folder / s.path, root), split=split, version=s.version,
+                tokens=s.tokens, documents=s.documents, sha256=s.sha256,
+                sidecar_sha256=s.sidecar_sha256, start=a, end=b, range_tokens=b - a,
+                range_documents=nd))
+    return entries
+
+
+def _mix_source(spec: MixSpec, k: str, i: int, mi: int, src: SourceEntry, folder: Path,
+                root: Path, g: _Grants, w0: float) -> MixSource:
+    avail, req, grant = g.avail[i], g.req[i], g.grant[i]
+    frac = grant / avail if avail > 0 else 0.0
+    entries = _mix_shards(src, folder, root, frac)
+    return MixSource(
+        name=k, manifest=mi, source=src.name, weight=float(w0),
+        requested_share=float(req / g.req.sum()), max_epochs=spec.sources[k].max_epochs,
+        available_tokens=int(avail), available_documents=src.documents.get("train", 0),
+        requested_tokens=int(round(req)),
+        epochs_needed=float(req / avail) if avail > 0 else 0.0,
+        granted_tokens=int(grant), epochs=float(frac),
+        effective_weight=float(grant / g.total) if g.total else 0.0,
+        shortfall_tokens=int(round(max(0.0, req - grant))),
+        shards=[e for e in entries if e.split == "train"],
+        val_shards=[e for e in entries if e.split == "val"])
+
+
+def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
+             verify: bool = True) -> MixPlan:
+    """Plan a training datamix (the rules are in the module docstring).
+
+    Args:
+        spec: the mix spec; its manifest paths are relative to ``spec_dir``.
+        out_dir: folder the training manifest will live in (paths are made relative to
+            it); default ``spec_dir``.
+        verify: compare the sha256 of every shard and sidecar with its curation manifest
+            (:func:`tokenmill.manifests.verify.open_shards`); ``False`` skips only the
+            hashing, presence and headers are always checked.
+
+    Raises:
+        TokenizerMismatchError: the curation manifests use different tokenizers (names both).
+        ShardVerifyError: a curation manifest is missing, of the wrong kind or invalid, or
+            one of its shards is missing, truncated or (``verify``) differs.
+        ValueError: an unknown or ambiguous source, or a source with no train tokens but
+            a positive weight.
+    """
+    base = Path(spec_dir).resolve()
+    root = Path(out_dir).resolve() if out_dir is not None else base
+    mans = _resolve_manifests(spec, base, verify)
+    keys = list(spec.sources)
+    resolved = [_find_source(k, spec.sources[k], mans) for k in keys]
+    avail = np.array([src.tokens.get("train", 0) for _, src in resolved], dtype=np.float64)
+    segs = _segments(spec)
+    g = _grants(spec, keys, avail, segs)
+    refs = [CurationRef(name=m.name, path=os.path.relpath(p, root), sha256=sha256_file(p))
+            for p, m in mans]
+    sources = [_mix_source(spec, k, i, mi, src, mans[mi][0].parent, root, g, segs[0][2][k])
+               for i, (k, (mi, src)) in enumerate(zip(keys, resolved, strict=True))]
     spec_json = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
     manifest = TrainingMixManifest(
         name=spec.name, spec=spec.model_dump(mode="json"),
         spec_sha256=sha256_bytes(spec_json.encode()), seed=spec.seed,
-        target_tokens=spec.target_tokens, total_tokens=int(total),
+        target_tokens=spec.target_tokens, total_tokens=int(g.total),
         tokenizer=mans[0][1].tokenizer, curation_manifests=refs, sources=sources,
-        segments=segments, warnings=warnings)
+        segments=_mix_segments(keys, g), warnings=_shortfall_warnings(spec, keys, g))
     return MixPlan(manifest=manifest, root=str(root))
 
 
 def plan_spec_file(spec_path: str | os.PathLike, out_path: str | os.PathLike | None = None,
-                   verify: bool = False) -> MixPlan:
+                   verify: bool = True) -> MixPlan:
     """:func:`plan_mix` for a spec file; paths relative to ``out_path``'s folder if given."""
     spec_path = Path(spec_path)
     out_dir = Path(out_path).resolve().parent if out_path is not None else None
@@ -464,7 +420,7 @@ def plan_spec_file(spec_path: str | os.PathLike, out_path: str | os.PathLike | N
 
 
 def build_mix(spec_path: str | os.PathLike, out_path: str | os.PathLike,
-              verify: bool = False) -> TrainingMixManifest:
+              verify: bool = True) -> TrainingMixManifest:
     """Plan ``spec_path`` and write the training datamix manifest to ``out_path``
     atomically. Returns the manifest."""
     plan = plan_spec_file(spec_path, out_path, verify=verify)

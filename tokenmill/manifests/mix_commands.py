@@ -3,11 +3,16 @@
 * ``tokenmill mix plan SPEC`` prints the plan table (source, available tokens,
   requested share, epochs needed, granted tokens, effective share, shortfall) and any
   warnings; nothing is written.
-* ``tokenmill mix build SPEC -o OUT.json [--verify]`` plans and writes the training
+* ``tokenmill mix build SPEC -o OUT.json`` plans and writes the training
   datamix manifest (paths inside it are relative to OUT's folder), printing the same
   table.
 * ``tokenmill shards export --format modded-nanogpt MIX.json -o DIR`` writes
-  ``fineweb_train_*.bin`` / ``fineweb_val_*.bin`` that modded-nanogpt reads unchanged.
+  ``fineweb_train_*.bin`` / ``fineweb_val_*.bin`` that modded-nanogpt reads unchanged:
+  exactly the token stream ``MixLoader`` yields for ``--seq-len`` / ``--batch-size``.
+
+All three check every shard they read against its manifest's sha256 first
+(:func:`tokenmill.manifests.verify.open_shards`) and refuse a stale, truncated or
+half-written one, naming it; ``--no-verify`` skips only the sha256 comparison and says so.
 """
 
 from __future__ import annotations
@@ -15,11 +20,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+NO_VERIFY_LINE = ("shard verification is off (--no-verify): sha256 of shards and sidecars "
+                  "not compared with their manifest")
+
+
+def _verify(args: argparse.Namespace) -> bool:
+    """False (and a printed line saying so) under ``--no-verify``."""
+    if args.no_verify:
+        print(NO_VERIFY_LINE, file=sys.stderr)
+    return not args.no_verify
+
 
 def _plan(args: argparse.Namespace) -> int:
     from tokenmill.manifests.mix import plan_spec_file
 
-    plan = plan_spec_file(args.spec, verify=args.verify)
+    plan = plan_spec_file(args.spec, verify=_verify(args))
     print(plan.table())
     return 0
 
@@ -27,7 +42,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from tokenmill.manifests.mix import build_mix, plan_table
 
-    m = build_mix(args.spec, args.output, verify=args.verify)
+    m = build_mix(args.spec, args.output, verify=_verify(args))
     print(plan_table(m))
     print(f"wrote {args.output}")
     return 0
@@ -42,13 +57,19 @@ def _export(args: argparse.Namespace) -> int:
         print(f"unknown split(s) {bad}; use train and/or val", file=sys.stderr)
         return 2
     summary = export_modded_nanogpt(args.manifest, args.output, shard_tokens=args.shard_tokens,
-                                    splits=splits)
+                                    splits=splits, seq_len=args.seq_len,
+                                    batch_size=args.batch_size, remainder=args.remainder,
+                                    verify=_verify(args))
     print(f"{'source':28s} {'tokens':>12s} {'docs':>8s} {'share':>7s} {'eff weight':>10s}")
     for name, s in summary["sources"].items():
         print(f"{name:28s} {s['tokens']:12,d} {s['documents']:8,d} {s['share']:7.4f} "
               f"{s['effective_weight']:10.4f}")
     print(f"{len(summary['files'])} file(s) in {args.output}")
     return 0
+
+
+NO_VERIFY_HELP = ("skip comparing each shard's and sidecar's sha256 with the manifest "
+                  "(presence and headers are still checked)")
 
 
 def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubParsersAction
@@ -58,12 +79,12 @@ def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubP
     msub = mx.add_subparsers(dest="mix_command", required=True)
     p = msub.add_parser("plan", help="print the datamix plan table; writes nothing")
     p.add_argument("spec", help="mix spec YAML")
-    p.add_argument("--verify", action="store_true", help="re-hash every shard and sidecar")
+    p.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     p.set_defaults(func=_plan)
     b = msub.add_parser("build", help="write the training datamix manifest")
     b.add_argument("spec", help="mix spec YAML")
     b.add_argument("-o", "--output", required=True, help="training datamix manifest (.json)")
-    b.add_argument("--verify", action="store_true", help="re-hash every shard and sidecar")
+    b.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     b.set_defaults(func=_build)
 
     e = shards_sub.add_parser("export", help="write a training datamix as a shard set for "
@@ -74,4 +95,12 @@ def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubP
     e.add_argument("--shard-tokens", type=int, default=100_000_000,
                    help="most tokens per shard (default 10^8, as FineWeb's)")
     e.add_argument("--splits", default="train,val", help="comma list of train,val")
+    e.add_argument("--seq-len", type=int, default=2048,
+                   help="loader row length T: the train files hold the token stream of "
+                        "MixLoader(seq_len=T, batch_size=B) (default 2048)")
+    e.add_argument("--batch-size", type=int, default=1, help="loader global rows per step B "
+                                                               "(default 1)")
+    e.add_argument("--remainder", choices=["carry", "drop"], default="carry",
+                   help="loader remainder mode (default carry)")
+    e.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     e.set_defaults(func=_export)

@@ -38,24 +38,40 @@ class ShardEntry(_Model):
 
 
 class SourceCounts(_Model):
-    read: int = 0
-    quarantined: dict[str, int] = Field(default_factory=dict, description="reason -> rows")
+    """A source's documents: ``read`` = ``kept`` + the removed ones counted in the other
+    fields. Each removal field is fed by the pipeline stages that name it as their
+    ``counts`` (``tokenmill.pipeline.stages``); its ``title`` heads the summary table's
+    column and ``reason_label`` (dict fields) labels its reasons below the table
+    (``by_family``: licenses grouped by family there)."""
+
+    read: int = Field(default=0, title="docs in")
+    quarantined: dict[str, int] = Field(
+        default_factory=dict, title="quarantined", description="reason -> rows",
+        json_schema_extra={"reason_label": "quarantined"})
     license_rejected: dict[str, int] = Field(
-        default_factory=dict, description="per-document license -> documents rejected"
-    )
-    exact_duplicates: int = 0
-    near_duplicates: int = 0
-    filtered: dict[str, int] = Field(default_factory=dict, description="filter reason -> docs")
-    kept: int = 0
+        default_factory=dict, title="license rej.",
+        description="per-document license -> documents rejected",
+        json_schema_extra={"reason_label": "license rejected", "by_family": True})
+    exact_duplicates: int = Field(default=0, title="exact dups")
+    near_duplicates: int = Field(default=0, title="near dups")
+    filtered: dict[str, int] = Field(
+        default_factory=dict, title="filtered", description="filter reason -> docs",
+        json_schema_extra={"reason_label": "filtered"})
+    kept: int = Field(default=0, title="kept")
+
+    @classmethod
+    def removal_fields(cls) -> list[str]:
+        """The fields counting removed documents (all but ``read`` and ``kept``), in order."""
+        return [f for f in cls.model_fields if f not in ("read", "kept")]
+
+    def removed_by(self, name: str) -> int:
+        """Documents counted in field ``name`` (a count, or the sum of a reason dict)."""
+        v = getattr(self, name)
+        return sum(v.values()) if isinstance(v, dict) else int(v)
 
     def removed(self) -> int:
-        return (
-            sum(self.quarantined.values())
-            + sum(self.license_rejected.values())
-            + self.exact_duplicates
-            + self.near_duplicates
-            + sum(self.filtered.values())
-        )
+        """All removed documents."""
+        return sum(self.removed_by(f) for f in self.removal_fields())
 
 
 class SourceEntry(_Model):

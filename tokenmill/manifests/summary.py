@@ -1,29 +1,66 @@
-"""The end-of-run summary table (per source: documents in, removed by reason, kept, tokens)."""
+"""The end-of-run summary table (per source: documents in, removed by reason, kept, tokens).
+
+Its count columns are the fields of :class:`~tokenmill.manifests.schema.SourceCounts`
+(titled by each field's ``title``), so a new kind of removal shows up here by being a
+field there.
+"""
 
 from __future__ import annotations
 
 import re
 
-from tokenmill.manifests.schema import DatamixManifest
+from tokenmill.manifests.schema import DatamixManifest, SourceCounts
 
 
 def _fmt_reasons(d: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "-"
 
 
-def summary_table(m: DatamixManifest) -> str:
-    """A plain-text table of the manifest's per-source counts and tokens."""
-    rows = [("source", "license", "docs in", "quarantined", "license rej.", "exact dups",
-             "near dups", "filtered", "kept", "train tokens", "val tokens", "shards")]
-    tot = [0] * 9
+def _license_families(d: dict[str, int]) -> dict[str, int]:
+    """Licenses by family (version and jurisdiction dropped); the full ids are in the
+    manifest."""
+    fam: dict[str, int] = {}
+    for lic, n in d.items():
+        f = re.sub(r"-\d+(\.\d+)*(-[a-z]+)?$", "", lic)
+        fam[f] = fam.get(f, 0) + n
+    return dict(sorted(fam.items()))
+
+
+def _table_rows(m: DatamixManifest) -> list[tuple[str, ...]]:
+    fields = SourceCounts.model_fields
+    counts = ["read", *SourceCounts.removal_fields(), "kept"]
+    rows = [("source", "license", *(fields[f].title or f for f in counts),
+             "train tokens", "val tokens", "shards")]
+    tot = [0] * (len(counts) + 2)
     for s in m.sources:
-        c = s.counts
-        vals = [c.read, sum(c.quarantined.values()), sum(c.license_rejected.values()),
-                c.exact_duplicates, c.near_duplicates, sum(c.filtered.values()), c.kept,
-                s.tokens["train"], s.tokens["val"]]
+        vals = [s.counts.removed_by(f) for f in counts] + [s.tokens["train"], s.tokens["val"]]
         tot = [a + b for a, b in zip(tot, vals, strict=True)]
         rows.append((s.name, s.license, *map(str, vals), str(len(s.shards))))
     rows.append(("TOTAL", "", *map(str, tot), str(sum(len(s.shards) for s in m.sources))))
+    return rows
+
+
+def _reason_details(m: DatamixManifest) -> list[str]:
+    labelled = [(f, info.json_schema_extra) for f, info in SourceCounts.model_fields.items()
+                if isinstance(info.json_schema_extra, dict)]
+    details = []
+    for s in m.sources:
+        parts = []
+        for f, extra in labelled:
+            reasons = getattr(s.counts, f)
+            if reasons:
+                if extra.get("by_family"):
+                    reasons = _license_families(reasons)
+                parts.append(f"{extra['reason_label']}: {_fmt_reasons(reasons)}")
+        if parts:
+            details.append(f"  {s.name}: " + "; ".join(parts))
+    return details
+
+
+def summary_table(m: DatamixManifest) -> str:
+    """A plain-text table of the manifest's per-source counts and tokens, then the removal
+    reasons per source."""
+    rows = _table_rows(m)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for j, r in enumerate(rows):
@@ -31,22 +68,7 @@ def summary_table(m: DatamixManifest) -> str:
                                for i, (v, w) in enumerate(zip(r, widths, strict=True))))
         if j == 0 or j == len(rows) - 2:
             lines.append("  ".join("-" * w for w in widths))
-    details = []
-    for s in m.sources:
-        c = s.counts
-        parts = []
-        if c.quarantined:
-            parts.append(f"quarantined: {_fmt_reasons(c.quarantined)}")
-        if c.license_rejected:  # by family (version and jurisdiction dropped); full in manifest
-            fam: dict[str, int] = {}
-            for lic, n in c.license_rejected.items():
-                f = re.sub(r"-\d+(\.\d+)*(-[a-z]+)?$", "", lic)
-                fam[f] = fam.get(f, 0) + n
-            parts.append(f"license rejected: {_fmt_reasons(dict(sorted(fam.items())))}")
-        if c.filtered:
-            parts.append(f"filtered: {_fmt_reasons(c.filtered)}")
-        if parts:
-            details.append(f"  {s.name}: " + "; ".join(parts))
+    details = _reason_details(m)
     if details:
         lines += ["", "removed by reason:", *details]
     return "\n".join(lines)

@@ -1,9 +1,11 @@
 """Validating and reading a curation manifest and its shards.
 
-``validate_manifest`` re-checks every shard listed: the file exists, its header is a
+``validate_manifest`` re-checks every shard listed through the verified path
+(:mod:`tokenmill.manifests.verify`): the file and its sidecar exist, its header is a
 modded-nanogpt header whose token count matches the manifest and the file size, the
 version matches the tokenizer's vocabulary, and the sha256 of the shard and of its
-sidecar match. Each problem is reported naming the file.
+sidecar match. Unlike :func:`~tokenmill.manifests.verify.open_shards` it reports every
+problem, each naming the file, instead of stopping at the first.
 """
 
 from __future__ import annotations
@@ -14,56 +16,36 @@ from pathlib import Path
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.schema import MANIFEST_NAME, load_manifest
 from tokenmill.manifests.shards import (
-    ShardError,
     read_header,
     read_sidecar,
     read_tokens,
     sidecar_path,
     version_for_vocab,
 )
-
-
-def _folder(path: str | Path) -> Path:
-    p = Path(path)
-    return p if p.is_dir() else p.parent
+from tokenmill.manifests.verify import listed_shards, read_manifest, shard_problems
 
 
 def validate_manifest(path: str | Path, log: Callable[[str], None] | None = None) -> list[str]:
-    """Check every shard of the manifest at ``path`` (file or folder).
+    """Check every shard of the curation manifest at ``path`` (file or folder).
 
     Returns a list of problems (empty when valid); each names the file and what is wrong.
+
+    Raises:
+        ShardVerifyError: the manifest itself is missing, not JSON, of the other kind or
+            invalid (one line).
     """
-    m = load_manifest(path)
-    root = _folder(path)
-    problems: list[str] = []
+    mpath, m = read_manifest(path, "curation")
+    root = mpath.resolve().parent
+    shards = listed_shards(m, root)
+    problems = shard_problems(shards, verify=True, what=str(mpath))
     want_version = version_for_vocab(m.tokenizer.n_vocab)
-    for src in m.sources:
-        for s in src.shards:
-            p = root / s.path
-            if not p.exists():
-                problems.append(f"{p}: missing")
-                continue
-            try:
-                h = read_header(p)
-            except ShardError as e:
-                problems.append(str(e))
-                continue
-            if h.n_tokens != s.tokens:
-                problems.append(f"{p}: header has {h.n_tokens} tokens, manifest {s.tokens}")
-            if h.version != s.version or h.version != want_version:
-                problems.append(f"{p}: version {h.version}, manifest {s.version}, tokenizer "
-                                f"{m.tokenizer.name} needs {want_version}")
-            digest = sha256_file(p)
-            if digest != s.sha256:
-                problems.append(f"{p}: sha256 {digest} != manifest {s.sha256}")
-            sc = sidecar_path(p)
-            if not sc.exists():
-                problems.append(f"{sc}: missing sidecar")
-            elif sha256_file(sc) != s.sidecar_sha256:
-                problems.append(f"{sc}: sidecar sha256 does not match the manifest")
-            if log:
-                log(f"checked {s.path}")
-    listed = {(root / s.path).resolve() for s in m.shards()}
+    for s in shards:
+        if s.path.is_file() and s.entry.version != want_version:
+            problems.append(f"{s.path}: version {s.entry.version}, tokenizer "
+                            f"{m.tokenizer.name} needs {want_version}")
+        if log:
+            log(f"checked {s.entry.path}")
+    listed = {s.path for s in shards}
     for p in sorted((root / "shards").rglob("*.bin")):
         if p.resolve() not in listed:
             problems.append(f"{p}: shard file not in the manifest (a loader globbing the "

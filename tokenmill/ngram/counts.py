@@ -1,14 +1,26 @@
-"""N-gram counts model: exact count tables of orders 2..8 with an interpolated
-``P(next | context)``, built on Ray over a datamix's shards.
+"""N-gram counting: sparse pair counts of shards (the legality check's order-2 counts) and the
+compact n-gram counts model of orders 2..32 with an interpolated ``P(next | context)``.
 
-Tables. For every order ``n`` (``orders``, default 2..8) and every position whose
-``n - 1`` preceding tokens stay inside one document (EOT only as their first token), the
-pair (context, next token) is counted. A context is keyed by a 46-bit hash of its tokens
-(splitmix64 chain, order mixed in), packed with the 18-bit next token into one uint64 so
-that counting is one integer sort; the followers of each context are stored exactly,
-sorted by count. Two different contexts of one order share a key with probability about
-``C**2 / 2**47`` over ``C`` distinct contexts (~ 1e-3 for 10 M), so the counts are exact
-in practice ("hashed count tables"). Order 1 is the unigram count.
+Counts model. The suffix-array index (:mod:`tokenmill.ngram.index`) already finds every
+occurrence of any n-gram, so the counts model stores only what makes queries fast and
+answers the rest exactly from the index:
+
+* for every order ``n`` and every context of ``n - 1`` tokens (EOT only as its first token)
+  that occurs at least ``min_count`` times in one part of the index, its followers (next
+  token, count), sorted by token;
+* nothing for rarer contexts: their ``< min_count`` occurrences are read from the suffix
+  array at query time (one SA range search gives the context's count and its occurrences;
+  the follower of each is the token after it).
+
+A stored context is keyed exactly, not by a hash: by the start of its range in the suffix
+array (suffixes sharing ``n - 1`` first tokens are contiguous, and ranges of one length are
+disjoint), so a query finds it after the range search it does anyway. Build is one pass
+over each part's suffix array with the LCP of neighbours (capped at the highest order),
+in numba: a context is a run of LCP >= n - 1, its followers the sub-runs of LCP >= n. On
+disk the keys are delta-coded (varint, LEB128) and so are the follower tokens within a
+context; counts and run lengths are varints. Counting follows the index's conventions:
+every occurrence has a next token (the end of a document, also a shard's or a part's last
+one, is followed by EOT), so a context's count is the sum of its followers' counts.
 
 Probability (interpolation by order and count; Witten-Bell / Dirichlet-prior style, the
 mixing the modded-nanogpt n-gram record describes: the higher order's weight grows with
@@ -18,12 +30,13 @@ how often its context was seen)::
     P_n(t) = (c_n(ctx_n, t) + beta_n * P_{n-1}(t)) / (C_n(ctx_n) + beta_n)
 
 so the weight of order ``n`` is ``C_n / (C_n + beta_n)`` (``beta_n = beta`` for every
-order by default). An order whose context is unseen, crosses a document boundary or
-starts before the row passes ``P_{n-1}`` through. Every ``P_n`` sums to 1 over the
-vocabulary because ``C_n`` is the sum of that context's follower counts.
+order). An order whose context is unseen, crosses a document boundary or starts before the
+row passes ``P_{n-1}`` through. Every ``P_n`` sums to 1 over the vocabulary because ``C_n``
+is the sum of that context's follower counts.
 
-Build: one Ray task per shard counts (context key, next token) triplets with numba; the
-driver merges them by sorting, so the result does not depend on the number of workers.
+Pair counts (:func:`count_pairs`, :func:`count_shards`): exact sparse counts of adjacent
+pairs per shard (keys ``prev * n_vocab + next``), one Ray task per verified shard, merged in
+key order so the result does not depend on the number of workers.
 """
 
 from __future__ import annotations
@@ -38,368 +51,511 @@ import numba as nb
 import numpy as np
 
 from tokenmill.atomic import atomic_open, atomic_write_text
-from tokenmill.manifests.schema import load_manifest
+from tokenmill.manifests.verify import OpenedShards
+from tokenmill.ngram.index import SuffixArrayIndex, _range
+from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import TokenizerIdentity
 
-FORMAT = "tokenmill-ngram-counts/1"
-_GOLD = np.uint64(0x9E3779B97F4A7C15)
+FORMAT = "tokenmill-ngram-counts/2"
+MAX_ORDER = 32
 
 
-@nb.njit(cache=True, inline="always")
-def _mix(h):
-    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return h ^ (h >> np.uint64(31))
+# --------------------------------------------------------------------------- pair counts
 
 
-TOKEN_BITS = 18  # vocabularies up to 262,144 ids (o200k_base fits)
-_TOKEN_MASK = np.uint64((1 << TOKEN_BITS) - 1)
-_CTX_MASK = ~_TOKEN_MASK
+def count_pairs(tokens: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sparse adjacent-pair (order-2 n-gram) counts of one token stream.
+
+    Args:
+        tokens: 1-D integer token ids (uint16/uint32 shard memmap or any int array).
+        n_vocab: vocabulary size (keys are ``prev * n_vocab + next``).
+
+    Returns:
+        ``(keys uint64[K] sorted, counts uint64[K])``.
+    """
+    t = np.asarray(tokens).astype(np.uint64, copy=False)
+    if len(t) < 2:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    keys = t[:-1] * np.uint64(n_vocab) + t[1:]
+    keys.sort()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    counts = np.diff(np.r_[starts, len(keys)]).astype(np.uint64)
+    return keys[starts], counts
 
 
-@nb.njit(cache=True)
-def _ctx_hash(tokens, start, end, order):
-    """Key of context tokens[start:end] for order ``order``: 46 hash bits in the high bits
-    of a uint64, the low 18 bits zero (they hold the next token in a packed pair), never
-    0 (0 marks an empty table slot)."""
-    h = _mix(np.uint64(order) * _GOLD)
-    for i in range(start, end):
-        h = _mix(h ^ (np.uint64(tokens[i]) + _GOLD))
-    return (h & _CTX_MASK) | (_TOKEN_MASK + np.uint64(1))
+def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge sparse ``(keys, counts)`` parts into one sorted sparse count (deterministic)."""
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    keys = np.concatenate([k for k, _ in parts])
+    counts = np.concatenate([c for _, c in parts])
+    uk, inv = np.unique(keys, return_inverse=True)
+    total = np.zeros(len(uk), dtype=np.uint64)
+    np.add.at(total, inv, counts)
+    return uk, total
 
 
-@nb.njit(cache=True)
-def _pairs(tokens, order, eot):
-    """Packed pairs ``ctx key | next token`` (uint64[m]) for positions whose order-1
-    context is inside a document; the next token may be the next document's EOT (the
-    document ends)."""
-    n = tokens.size
-    c = order - 1
-    keys = np.empty(max(n - c, 0), np.uint64)
-    m = 0
-    for i in range(c, n):  # predict tokens[i] from tokens[i-c:i]
-        ok = True
-        for j in range(i - c + 1, i):
-            if tokens[j] == eot:
-                ok = False
-                break
-        if ok:
-            keys[m] = _ctx_hash(tokens, i - c, i, order) | np.uint64(tokens[i])
-            m += 1
-    return keys[:m]
+def count_shard_pairs(path: str, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`count_pairs` of one shard file (already verified by the driver).
 
-
-def _reduce(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct packed pairs and their counts (int64)."""
-    u, c = np.unique(packed, return_counts=True)
-    return u, c.astype(np.int64)
-
-
-def _merge(parts: list[tuple[np.ndarray, np.ndarray]]):
-    """Merge per-shard (packed, counts) -> (ctx keys, next tokens, counts), sorted by
-    (key, token)."""
-    packed = np.concatenate([p[0] for p in parts])
-    cnt = np.concatenate([p[1] for p in parts])
-    if len(parts) > 1 and packed.size:
-        order = np.argsort(packed, kind="stable")
-        packed, cnt = packed[order], cnt[order]
-        new = np.ones(packed.size, bool)
-        new[1:] = packed[1:] != packed[:-1]
-        starts = np.flatnonzero(new)
-        packed, cnt = packed[starts], np.add.reduceat(cnt, starts)
-    return packed & _CTX_MASK, (packed & _TOKEN_MASK).astype(np.int64), cnt
-
-
-def count_shard(path: str, orders: Sequence[int], eot: int, n_vocab: int) -> dict:
-    """Count one shard: ``{"unigram": int64[V], order: (keys, next, counts)}``."""
+    Raises:
+        ValueError: a token id is outside the vocabulary (naming shard and position).
+    """
     from tokenmill.manifests.shards import read_tokens
 
-    tokens = np.asarray(read_tokens(path), dtype=np.int64)
-    out: dict = {"unigram": np.bincount(tokens, minlength=n_vocab).astype(np.int64)}
-    for n in orders:
-        out[n] = _reduce(_pairs(tokens, n, eot))
+    tokens = read_tokens(path)
+    if len(tokens) and int(tokens.max()) >= n_vocab:
+        bad = int(np.flatnonzero(np.asarray(tokens) >= n_vocab)[0])
+        raise ValueError(f"{path}: token {int(tokens[bad])} at position {bad} is outside the "
+                         f"vocabulary ({n_vocab})")
+    return count_pairs(tokens, n_vocab)
+
+
+def count_shards(opened: OpenedShards, ray_address: str | None = None,
+                 num_cpus: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Pair counts of every shard of ``opened`` (from
+    :func:`tokenmill.manifests.verify.open_shards`), one Ray task per shard
+    (:func:`tokenmill.raysession.ray_session`), merged in key order."""
+    import ray
+
+    V = opened.manifest.tokenizer.n_vocab
+    if not opened.shards:
+        return merge_counts([])
+    with ray_session(ray_address, num_cpus):
+        task = ray.remote(num_cpus=1)(count_shard_pairs)
+        parts = ray.get([task.remote(str(s.path), V) for s in opened.shards])
+    return merge_counts(parts)
+
+
+# --------------------------------------------------------------------------- varints
+
+
+@nb.njit(cache=True)
+def _varint_encode(values):
+    """LEB128 bytes of non-negative int64 values (7 bits per byte, high bit = more)."""
+    out = np.empty(values.size * 10, np.uint8)
+    n = 0
+    for v in values:
+        x = np.uint64(v)
+        while x >= np.uint64(0x80):
+            out[n] = np.uint8((x & np.uint64(0x7F)) | np.uint64(0x80))
+            x >>= np.uint64(7)
+            n += 1
+        out[n] = np.uint8(x)
+        n += 1
+    return out[:n]
+
+
+@nb.njit(cache=True)
+def _varint_decode(data, count):
+    """Inverse of :func:`_varint_encode`: ``count`` int64 values."""
+    out = np.empty(count, np.int64)
+    j = 0
+    for i in range(count):
+        x = np.uint64(0)
+        shift = np.uint64(0)
+        while True:
+            b = np.uint64(data[j])
+            j += 1
+            x |= (b & np.uint64(0x7F)) << shift
+            if b < np.uint64(0x80):
+                break
+            shift += np.uint64(7)
+        out[i] = np.int64(x)
+    return out
+
+
+# --------------------------------------------------------------------------- build kernels
+
+
+@nb.njit(cache=True)
+def _lcp_part(tokens, sa, s, e, cap):
+    """lcp[i - s] = common prefix length (<= cap) of suffixes sa[i - 1] and sa[i] of one
+    part (lcp[0] = 0); the part's sentinel is unique, so no prefix runs past it."""
+    lcp = np.zeros(e - s, np.uint8)
+    for i in range(s + 1, e):
+        p = np.int64(sa[i - 1])
+        q = np.int64(sa[i])
+        k = 0
+        while k < cap and tokens[p + k] == tokens[q + k]:
+            k += 1
+        lcp[i - s] = k
+    return lcp
+
+
+@nb.njit(cache=True)
+def _order_runs(tokens, sa, lcp, s, e, L, min_count, eot, sentinel, keys, nf, ftok, fcnt,
+                nk, nfo):
+    """Append the contexts of length L with >= min_count occurrences in part [s, e) of the
+    SA: key (SA index of the run start), follower count, followers (token asc, count).
+    Returns the new (nk, nfo)."""
+    i = s
+    while i < e:
+        j = i + 1
+        while j < e and lcp[j - s] >= L:
+            j += 1
+        if j - i >= min_count:
+            p = np.int64(sa[i])
+            ok = True
+            for k in range(1, L):
+                if tokens[p + k] == eot:
+                    ok = False
+            if ok:
+                first = nfo
+                g = i
+                while g < j:  # follower groups: sub-runs of lcp >= L + 1
+                    h = g + 1
+                    while h < j and lcp[h - s] > L:
+                        h += 1
+                    t = np.int64(tokens[np.int64(sa[g]) + L])
+                    ftok[nfo] = eot if t == sentinel else t
+                    fcnt[nfo] = h - g
+                    nfo += 1
+                    g = h
+                # the sentinel (sorted last) stands for EOT: merge / move it into place
+                last = nfo - 1
+                if np.int64(tokens[np.int64(sa[j - 1]) + L]) == sentinel:
+                    c = fcnt[last]
+                    nfo -= 1
+                    pos = first
+                    while pos < nfo and ftok[pos] < eot:
+                        pos += 1
+                    if pos < nfo and ftok[pos] == eot:
+                        fcnt[pos] += c
+                    else:
+                        for m in range(nfo, pos, -1):
+                            ftok[m] = ftok[m - 1]
+                            fcnt[m] = fcnt[m - 1]
+                        ftok[pos] = eot
+                        fcnt[pos] = c
+                        nfo += 1
+                keys[nk] = i
+                nf[nk] = nfo - first
+                nk += 1
+        i = j
+    return nk, nfo
+
+
+@nb.njit(cache=True)
+def _delta_within(ftok, nf):
+    """Follower tokens as deltas from the previous follower of the same context."""
+    out = np.empty(ftok.size, np.int64)
+    o = 0
+    for c in range(nf.size):
+        prev = 0
+        for _ in range(nf[c]):
+            out[o] = ftok[o] - prev
+            prev = ftok[o]
+            o += 1
     return out
 
 
 @nb.njit(cache=True)
-def _fill_table(keys, bits, tkeys, tidx, tstart, tend, ttotal, cnt, base_f, base_c):
-    """Insert each run of equal context keys (sorted) into the open-addressing table
-    (slot -> context index) and fill the per-context follower range and total."""
-    mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
-    i = 0
-    ci = base_c
-    while i < keys.size:
-        j = i
-        tot = 0
-        while j < keys.size and keys[j] == keys[i]:
-            tot += cnt[j]
-            j += 1
-        s = (keys[i] * _GOLD) >> np.uint64(64 - bits)
-        while tkeys[s] != 0:
-            s = (s + np.uint64(1)) & mask
-        tkeys[s] = keys[i]
-        tidx[s] = ci
-        tstart[ci] = base_f + i
-        tend[ci] = base_f + j
-        ttotal[ci] = tot
-        ci += 1
-        i = j
+def _undelta_within(dtok, nf):
+    out = np.empty(dtok.size, np.int32)
+    o = 0
+    for c in range(nf.size):
+        prev = 0
+        for _ in range(nf[c]):
+            prev += dtok[o]
+            out[o] = prev
+            o += 1
+    return out
 
 
 @nb.njit(cache=True)
-def _order_by_count(keys, cnt):
-    """Permutation sorting each run of equal keys by count desc (ties keep position, i.e.
-    ascending token); runs are usually 1-3 long, so insertion sort, argsort for long."""
-    perm = np.arange(keys.size)
-    i = 0
-    while i < keys.size:
-        j = i + 1
-        while j < keys.size and keys[j] == keys[i]:
-            j += 1
-        if j - i > 32:
-            sub = np.argsort(-cnt[i:j], kind="mergesort")
-            perm[i:j] = sub + i
+def _by_count(fst, s_tok, s_cnt):
+    """Followers of each context re-sorted by count desc, token asc (stable)."""
+    f_tok = s_tok.copy()
+    f_cnt = s_cnt.copy()
+    for c in range(fst.size - 1):
+        a, b = fst[c], fst[c + 1]
+        if b - a > 1:
+            perm = np.argsort(-s_cnt[a:b], kind="mergesort")
+            for r in range(b - a):
+                f_tok[a + r] = s_tok[a + perm[r]]
+                f_cnt[a + r] = s_cnt[a + perm[r]]
+    return f_tok, f_cnt
+
+
+# --------------------------------------------------------------------------- query kernels
+
+
+@nb.njit(cache=True)
+def _context(tokens, sa, parts, row, t, L, eot, min_count, keys, ko, o, seg):
+    """Occurrences of the order-(L+1) context row[t-L+1 .. t]: fills seg[p] = (a, b, ci)
+    per part (SA range; ci = stored context index or -1) and returns the total count (0
+    when the context starts before the row or holds EOT after its first token)."""
+    start = t - L + 1
+    for p in range(parts.size - 1):
+        seg[p, 0] = 0
+        seg[p, 1] = 0
+        seg[p, 2] = -1
+    if start < 0:
+        return 0
+    for j in range(start + 1, t + 1):
+        if row[j] == eot:
+            return 0
+    total = 0
+    for p in range(parts.size - 1):
+        a, b = _range(tokens, sa, parts[p], parts[p + 1], row, start, L)
+        seg[p, 0] = a
+        seg[p, 1] = b
+        total += b - a
+        if b - a >= min_count:
+            lo, hi = ko[o], ko[o + 1]
+            i = lo + np.searchsorted(keys[lo:hi], a)
+            seg[p, 2] = i  # stored by construction (every run >= min_count is)
+    return total
+
+
+@nb.njit(cache=True)
+def _follower(tokens, sa, i, L, eot, sentinel):
+    t = np.int64(tokens[np.int64(sa[i]) + L])
+    return eot if t == sentinel else t
+
+
+@nb.njit(cache=True)
+def _count_in(tokens, sa, seg, L, tok, eot, sentinel, fst, s_tok, s_cnt):
+    """Count of follower ``tok`` over one context's segments (all parts)."""
+    c = 0
+    for p in range(seg.shape[0]):
+        a, b, ci = seg[p, 0], seg[p, 1], seg[p, 2]
+        if ci >= 0:
+            lo, hi = fst[ci], fst[ci + 1]
+            j = lo + np.searchsorted(s_tok[lo:hi], tok)
+            if j < hi and s_tok[j] == tok:
+                c += s_cnt[j]
         else:
-            for a in range(i + 1, j):
-                x = perm[a]
-                b = a - 1
-                while b >= i and cnt[perm[b]] < cnt[x]:
-                    perm[b + 1] = perm[b]
-                    b -= 1
-                perm[b + 1] = x
-        i = j
-    return perm
-
-
-def _build_tables(merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict:
-    """Flat tables for all orders from per-order (keys, next, counts) sorted by (key, next).
-
-    Layout: order ``o``'s hash table is slots ``toff[o]:toff[o+1]`` (``2**bits[o]``, load
-    <= 0.7) of ``tkeys`` (uint64 context key, 0 = empty) and ``tidx`` (int64 context
-    index). Context ``c`` has ``ttotal[c]`` occurrences and its followers at
-    ``tstart[c]:tend[c]`` of ``f_tok/f_cnt`` (by count desc, token asc) and
-    ``s_tok/s_cnt`` (by token).
-    """
-    bits, toff, n_ctx = [], [0], []
-    for keys, _, _ in merged:
-        n_ctx.append(int(np.count_nonzero(keys[1:] != keys[:-1]) + 1) if keys.size else 0)
-        bits.append(max(10, int(np.ceil(np.log2(n_ctx[-1] / 0.7 + 2)))))
-        toff.append(toff[-1] + (1 << bits[-1]))
-    tkeys = np.zeros(toff[-1], np.uint64)
-    tidx = np.zeros(toff[-1], np.int64)
-    tstart = np.zeros(sum(n_ctx), np.int64)
-    tend = np.zeros(sum(n_ctx), np.int64)
-    ttotal = np.zeros(sum(n_ctx), np.int64)
-    f_tok, f_cnt, s_tok, s_cnt = [], [], [], []
-    f_base = c_base = 0
-    for o, (keys, nxt, cnt) in enumerate(merged):
-        sl = slice(toff[o], toff[o + 1])
-        _fill_table(keys, bits[o], tkeys[sl], tidx[sl], tstart, tend, ttotal, cnt, f_base,
-                    c_base)
-        by_count = _order_by_count(keys, cnt)
-        f_tok.append(nxt[by_count].astype(np.int32))
-        f_cnt.append(cnt[by_count])
-        s_tok.append(nxt.astype(np.int32))
-        s_cnt.append(cnt)
-        f_base += keys.size
-        c_base += n_ctx[o]
-    return {"tkeys": tkeys, "tidx": tidx, "tstart": tstart, "tend": tend, "ttotal": ttotal,
-            "toff": np.asarray(toff, np.int64), "bits": np.asarray(bits, np.int64),
-            "f_tok": np.concatenate(f_tok), "f_cnt": np.concatenate(f_cnt),
-            "s_tok": np.concatenate(s_tok), "s_cnt": np.concatenate(s_cnt)}
+            for i in range(a, b):
+                if _follower(tokens, sa, i, L, eot, sentinel) == tok:
+                    c += 1
+    return c
 
 
 @nb.njit(cache=True)
-def _lookup(tkeys, toff, bits, o, key):
-    """Global slot of context ``key`` in order ``o``'s table, or -1 (see :func:`_slots`
-    for the context index)."""
-    b = bits[o]
-    mask = (np.uint64(1) << np.uint64(b)) - np.uint64(1)
-    s = (np.uint64(key) * _GOLD) >> np.uint64(64 - b)
-    base = toff[o]
-    while True:
-        k = tkeys[base + np.int64(s)]
-        if k == key:
-            return base + np.int64(s)
-        if k == np.uint64(0):
-            return np.int64(-1)
-        s = (s + np.uint64(1)) & mask
-
-
-@nb.njit(cache=True)
-def _slots(row, t, orders, eot, tkeys, tidx, toff, bits, out):
-    """out[o] = context index of order o's context ending at row[t], or -1 (unseen,
-    before the row start, or holding EOT after its first token)."""
-    for o in range(orders.size):
-        n = orders[o]
-        start = t - n + 2
-        out[o] = -1
-        if start < 0:
-            continue
-        ok = True
-        for j in range(start + 1, t + 1):
-            if row[j] == eot:
-                ok = False
-                break
-        if ok:
-            s = _lookup(tkeys, toff, bits, o, _ctx_hash(row, start, t + 1, n))
-            out[o] = tidx[s] if s >= 0 else -1
-
-
-@nb.njit(cache=True)
-def _full_dist(row, t, orders, eot, unigram, n_uni, beta, tkeys, tidx, toff, bits, tstart,
-               tend,
-               ttotal, f_tok, f_cnt, out):
+def _full_dist(tokens, sa, parts, row, t, orders, eot, sentinel, unigram, n_uni, beta,
+               min_count, keys, ko, fst, s_tok, s_cnt, out):
     """out[:] = P(. | row[..t]) (float64[V])."""
     V = unigram.size
     for v in range(V):
         out[v] = (unigram[v] + 1.0) / (n_uni + V)
-    slots = np.empty(orders.size, np.int64)
-    _slots(row, t, orders, eot, tkeys, tidx, toff, bits, slots)
+    seg = np.empty((parts.size - 1, 3), np.int64)
     for o in range(orders.size):  # ascending order: P_n from P_{n-1}
-        s = slots[o]
-        if s < 0:
+        L = orders[o] - 1
+        tot = _context(tokens, sa, parts, row, t, L, eot, min_count, keys, ko, o, seg)
+        if tot == 0:
             continue
-        tot = ttotal[s]
         scale = beta / (tot + beta)
         for v in range(V):
             out[v] *= scale
         inv = 1.0 / (tot + beta)
-        for e in range(tstart[s], tend[s]):
-            out[f_tok[e]] += f_cnt[e] * inv
+        for p in range(seg.shape[0]):
+            a, b, ci = seg[p, 0], seg[p, 1], seg[p, 2]
+            if ci >= 0:
+                for e in range(fst[ci], fst[ci + 1]):
+                    out[s_tok[e]] += s_cnt[e] * inv
+            else:
+                for i in range(a, b):
+                    out[_follower(tokens, sa, i, L, eot, sentinel)] += inv
+
+
+@nb.njit(cache=True)
+def _topk_one(tokens, sa, parts, row, t, orders, eot, sentinel, unigram, n_uni, beta,
+              min_count, keys, ko, fst, s_tok, s_cnt, f_tok, uni_top, k, m, out_ids, out_p):
+    """Top-k of P(. | row[..t]) among the candidates (each order's m most frequent
+    followers per part, all followers of a context seen < min_count times in a part, plus
+    uni_top), written to out_ids/out_p."""
+    n_ord = orders.size
+    n_p = parts.size - 1
+    segs = np.empty((n_ord, n_p, 3), np.int64)
+    tots = np.empty(n_ord, np.int64)
+    cand = np.empty(uni_top.size + n_ord * n_p * max(m, min_count), np.int64)
+    nc = 0
+    for r in range(uni_top.size):
+        cand[nc] = uni_top[r]
+        nc += 1
+    for o in range(n_ord):
+        L = orders[o] - 1
+        tots[o] = _context(tokens, sa, parts, row, t, L, eot, min_count, keys, ko, o, segs[o])
+        for p in range(n_p):
+            a, b, ci = segs[o, p, 0], segs[o, p, 1], segs[o, p, 2]
+            if ci >= 0:
+                for e in range(fst[ci], min(fst[ci + 1], fst[ci] + m)):
+                    cand[nc] = f_tok[e]
+                    nc += 1
+            else:
+                for i in range(a, b):  # < min_count occurrences: every follower
+                    cand[nc] = _follower(tokens, sa, i, L, eot, sentinel)
+                    nc += 1
+    cand = np.unique(cand[:nc])
+    V = unigram.size
+    probs = np.empty(cand.size, np.float64)
+    for ci in range(cand.size):
+        probs[ci] = (unigram[cand[ci]] + 1.0) / (n_uni + V)
+    for o in range(n_ord):
+        if tots[o] == 0:
+            continue
+        L = orders[o] - 1
+        for ci in range(cand.size):
+            c = _count_in(tokens, sa, segs[o], L, cand[ci], eot, sentinel, fst, s_tok, s_cnt)
+            probs[ci] = (c + beta * probs[ci]) / (tots[o] + beta)
+    order = np.argsort(-probs, kind="mergesort")
+    for r in range(min(k, cand.size)):
+        out_ids[r] = cand[order[r]]
+        out_p[r] = probs[order[r]]
 
 
 @nb.njit(cache=True, parallel=True)
-def _topk_batch(batch, orders, eot, unigram, n_uni, beta, tkeys, tidx, toff, bits, tstart,
-                tend,
-                ttotal, f_tok, s_tok, s_cnt, uni_top, k, m):
+def _topk_batch(tokens, sa, parts, batch, orders, eot, sentinel, unigram, n_uni, beta,
+                min_count, keys, ko, fst, s_tok, s_cnt, f_tok, uni_top, k, m):
     B, T = batch.shape
     out_ids = np.full((B, T, k), -1, np.int32)
     out_p = np.zeros((B, T, k), np.float32)
-    V = unigram.size
-    n_ord = orders.size
     for bt in nb.prange(B * T):
         b = bt // T
         t = bt % T
-        slots = np.empty(n_ord, np.int64)
-        _slots(batch[b], t, orders, eot, tkeys, tidx, toff, bits, slots)
-        cand = np.empty(uni_top.size + n_ord * m, np.int64)
-        nc = 0
-        for r in range(uni_top.size):
-            cand[nc] = uni_top[r]
-            nc += 1
-        for o in range(n_ord):
-            s = slots[o]
-            if s >= 0:
-                for e in range(tstart[s], min(tend[s], tstart[s] + m)):
-                    cand[nc] = f_tok[e]
-                    nc += 1
-        cand = np.unique(cand[:nc])
-        probs = np.empty(cand.size, np.float64)
-        for ci in range(cand.size):
-            tok = cand[ci]
-            p = (unigram[tok] + 1.0) / (n_uni + V)
-            for o in range(n_ord):
-                s = slots[o]
-                if s < 0:
-                    continue
-                lo, hi = tstart[s], tend[s]
-                while lo < hi:  # binary search in the token-sorted followers
-                    mid = (lo + hi) >> 1
-                    if s_tok[mid] < tok:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                c = s_cnt[lo] if lo < tend[s] and s_tok[lo] == tok else 0
-                p = (c + beta * p) / (ttotal[s] + beta)
-            probs[ci] = p
-        order = np.argsort(-probs, kind="mergesort")
-        for r in range(min(k, cand.size)):
-            out_ids[b, t, r] = cand[order[r]]
-            out_p[b, t, r] = probs[order[r]]
+        _topk_one(tokens, sa, parts, batch[b], t, orders, eot, sentinel, unigram, n_uni,
+                  beta, min_count, keys, ko, fst, s_tok, s_cnt, f_tok, uni_top, k, m,
+                  out_ids[b, t], out_p[b, t])
     return out_ids, out_p
 
 
-class NGramCountsModel:
-    """Interpolated n-gram model over exact (64-bit-keyed) count tables.
+# --------------------------------------------------------------------------- model
 
-    Build with :meth:`build` (Ray) and :meth:`save`; load with :meth:`load`.
-    ``tables`` is the flat layout of :func:`_build_tables`.
+
+def check_orders(orders: Sequence[int]) -> list[int]:
+    """Sorted distinct orders; ``ValueError`` unless they lie in 2..32 (checked before any
+    work: the build and the CLI call it first)."""
+    out = sorted(set(int(o) for o in orders))
+    if not out or out[0] < 2 or out[-1] > MAX_ORDER:
+        raise ValueError(f"orders must lie in 2..{MAX_ORDER}, got {out}")
+    return out
+
+
+class NGramCountsModel:
+    """Interpolated n-gram model: compact follower tables of frequent contexts over a
+    :class:`~tokenmill.ngram.index.SuffixArrayIndex`, which answers every other count.
+
+    Build with :meth:`build` and :meth:`save`; load with :meth:`load`. ``tables`` holds, for
+    the contexts of all orders (order ``o``'s at ``ko[o]:ko[o+1]``): ``keys`` (int64 SA index
+    of the context's range start), ``fst`` (int64, context ``c``'s followers are
+    ``fst[c]:fst[c+1]``), ``s_tok``/``s_cnt`` (followers by token) and ``f_tok``/``f_cnt``
+    (by count desc, token asc).
     """
 
-    def __init__(self, tokenizer: TokenizerIdentity, orders: Sequence[int], unigram: np.ndarray,
-                 tables: dict[str, np.ndarray], beta: float = 1.0):
-        self.tokenizer = tokenizer
-        self.eot = tokenizer.eot_token
-        self.n_vocab = tokenizer.n_vocab
+    def __init__(self, index: SuffixArrayIndex, orders: Sequence[int], unigram: np.ndarray,
+                 tables: dict[str, np.ndarray], min_count: int, beta: float = 1.0):
+        self.index = index
+        self.tokenizer: TokenizerIdentity = index.tokenizer
+        self.eot = index.eot
+        self.n_vocab = index.n_vocab
         self.orders = np.asarray(orders, np.int64)
         self.unigram = np.asarray(unigram, np.int64)
         self.n_uni = int(self.unigram.sum())
         self.t = tables
+        self.min_count = int(min_count)
         self.beta = float(beta)
         self.uni_top = np.argsort(-self.unigram, kind="mergesort")[:64].astype(np.int64)
 
     # -- build
     @classmethod
-    def build(cls, manifest_path: str | os.PathLike, orders: Sequence[int] = range(2, 9),
-              split: str | None = "train", beta: float = 1.0,
-              ray_address: str | None = None, num_cpus: int = 2,
-              progress: bool = True) -> NGramCountsModel:
-        """Count every order over the manifest's ``split`` shards, one Ray task per shard.
+    def build(cls, index: SuffixArrayIndex | str | os.PathLike,
+              orders: Sequence[int] = range(2, 9), beta: float = 1.0, min_count: int = 2,
+              progress: bool = False) -> NGramCountsModel:
+        """Count every order from the index's suffix array (one LCP pass per part).
 
-        Starts an embedded Ray (``num_cpus``) unless Ray is initialised already or
-        ``ray_address`` is given. Raises ``ValueError`` for orders outside 2..32 or a
-        manifest without shards of ``split``.
+        Args:
+            index: a built index (or its folder); its shards were verified when it was built.
+            orders: n-gram orders in 2..32.
+            min_count: contexts seen at least this often in a part (>= 2) get stored
+                followers; rarer ones are read from the suffix array at query time.
+
+        Raises:
+            ValueError: orders outside 2..32, or min_count < 2.
         """
-        import ray
-        from tqdm import tqdm
+        orders = check_orders(orders)
+        if int(min_count) < 2:
+            raise ValueError(f"min_count must be >= 2, not {min_count}")
+        idx = index if isinstance(index, SuffixArrayIndex) else SuffixArrayIndex(index)
+        toks = np.asarray(idx.tokens)
+        unigram = np.bincount(toks[toks != idx.sentinel], minlength=idx.n_vocab).astype(np.int64)
+        per_order = [([], [], [], []) for _ in orders]
+        for p in range(idx.parts.size - 1):
+            s, e = int(idx.parts[p]), int(idx.parts[p + 1])
+            lcp = _lcp_part(idx.tokens, idx.sa, s, e, orders[-1])
+            for o, n in enumerate(orders):
+                keys, nf = np.empty(e - s, np.int64), np.empty(e - s, np.int64)
+                ftok, fcnt = np.empty(e - s, np.int64), np.empty(e - s, np.int64)
+                nk, nfo = _order_runs(idx.tokens, idx.sa, lcp, s, e, n - 1, int(min_count),
+                                      idx.eot, idx.sentinel, keys, nf, ftok, fcnt, 0, 0)
+                for lst, arr, m in zip(per_order[o], (keys, nf, ftok, fcnt),
+                                       (nk, nk, nfo, nfo), strict=True):
+                    lst.append(arr[:m].copy())
+            del lcp
+        enc = {}
+        for o, lists in enumerate(per_order):
+            keys, nf, ftok, fcnt = (np.concatenate(x) for x in lists)
+            enc[f"keys_{o}"] = _varint_encode(np.diff(keys, prepend=0))
+            enc[f"nf_{o}"] = _varint_encode(nf)
+            enc[f"tok_{o}"] = _varint_encode(_delta_within(ftok, nf))
+            enc[f"cnt_{o}"] = _varint_encode(fcnt)
+            enc[f"n_{o}"] = np.array([keys.size, ftok.size], np.int64)
+        enc["unigram"] = _varint_encode(unigram)
+        return cls(idx, orders, unigram, _decode_tables(enc, len(orders)), min_count,
+                   beta)._with_encoded(enc)
 
-        orders = sorted(set(int(o) for o in orders))
-        if not orders or orders[0] < 2 or orders[-1] > 32:
-            raise ValueError(f"orders must lie in 2..32, got {orders}")
-        mpath = Path(manifest_path)
-        manifest = load_manifest(mpath)
-        root = mpath if mpath.is_dir() else mpath.parent
-        shards = [str(root / s.path) for s in manifest.shards(split)]
-        if not shards:
-            raise ValueError(f"{mpath}: no shards with split={split!r}")
-        tok = manifest.tokenizer
-        if tok.n_vocab > 1 << TOKEN_BITS:
-            raise ValueError(f"{mpath}: vocabulary of {tok.n_vocab} ids exceeds 2**{TOKEN_BITS}")
-        if not ray.is_initialized():
-            if ray_address:
-                ray.init(address=ray_address, log_to_driver=False)
-            else:
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                         log_to_driver=False)
-        task = ray.remote(count_shard)
-        refs = [task.remote(p, orders, tok.eot_token, tok.n_vocab) for p in shards]
-        results = [ray.get(r) for r in tqdm(refs, desc="count shards", disable=not progress)]
-        unigram = np.sum([r["unigram"] for r in results], axis=0)  # shard order: determinism
-        tables = _build_tables([_merge([r[n] for r in results]) for n in orders])
-        return cls(tok, orders, unigram, tables, beta)
+    def _with_encoded(self, enc: dict[str, np.ndarray]) -> NGramCountsModel:
+        self._enc = enc
+        return self
 
     # -- persistence
-    def save(self, folder: str | os.PathLike) -> None:
-        """Write ``counts.npz`` + ``counts.json`` atomically into ``folder``."""
+    def save(self, folder: str | os.PathLike) -> int:
+        """Write ``counts.npz`` (varint streams) + ``counts.json`` atomically into ``folder``
+        (the index is referenced by its path and its token count). Returns bytes on disk."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
+        enc = getattr(self, "_enc", None)
+        if enc is None:
+            raise ValueError("only a model made by build() can be saved (load keeps no copy)")
         with atomic_open(out / "counts.npz") as f:
-            np.savez(f, unigram=self.unigram, **self.t)
+            np.savez(f, **enc)
+        rel = os.path.relpath(self.index.folder.resolve(), out.resolve())
         meta = {"format": FORMAT, "tokenizer": self.tokenizer.model_dump(mode="json"),
-                "orders": self.orders.tolist(), "beta": self.beta}
+                "orders": self.orders.tolist(), "beta": self.beta,
+                "min_count": self.min_count, "index": rel,
+                "index_tokens": int(self.index.meta["tokens"])}
         atomic_write_text(out / "counts.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        return sum((out / n).stat().st_size for n in ("counts.npz", "counts.json"))
 
     @classmethod
-    def load(cls, folder: str | os.PathLike) -> NGramCountsModel:
-        """Load a saved model. Raises ``ValueError`` naming the file if it is not one."""
+    def load(cls, folder: str | os.PathLike,
+             index: SuffixArrayIndex | str | os.PathLike | None = None) -> NGramCountsModel:
+        """Load a saved model and its index (default: the folder recorded at save time).
+
+        Raises:
+            ValueError: naming the file, if it is not a counts model of this format or the
+                index is not the one it was built from.
+        """
         p = Path(folder)
-        meta = json.loads((p / "counts.json").read_text())
+        meta_path = p / "counts.json"
+        if not meta_path.exists():
+            raise ValueError(f"{meta_path}: missing (build counts with `tokenmill ngram build "
+                             "MANIFEST -o DIR --counts`)")
+        meta = json.loads(meta_path.read_text())
         if meta.get("format") != FORMAT:
-            raise ValueError(f"{p / 'counts.json'}: format {meta.get('format')!r} != {FORMAT}")
-        z = dict(np.load(p / "counts.npz"))
-        unigram = z.pop("unigram")
-        return cls(TokenizerIdentity(**meta["tokenizer"]), meta["orders"], unigram, z,
+            raise ValueError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT} "
+                             "(rebuild with `tokenmill ngram build ... --counts`)")
+        idx = index if isinstance(index, SuffixArrayIndex) else SuffixArrayIndex(
+            index if index is not None else p / meta["index"])
+        if int(idx.meta["tokens"]) != meta["index_tokens"]:
+            raise ValueError(f"{meta_path}: built from an index of {meta['index_tokens']} "
+                             f"tokens, but {idx.folder} holds {idx.meta['tokens']}")
+        with np.load(p / "counts.npz") as z:
+            enc = {k: z[k] for k in z.files}
+        n_ord = len(meta["orders"])
+        unigram = _varint_decode(enc["unigram"], idx.n_vocab)
+        return cls(idx, meta["orders"], unigram, _decode_tables(enc, n_ord), meta["min_count"],
                    meta["beta"])
 
     # -- queries
@@ -410,16 +566,14 @@ class NGramCountsModel:
         if n not in self.orders:
             raise ValueError(f"order {n} not in the model's orders {self.orders.tolist()}")
         o = int(np.flatnonzero(self.orders == n)[0])
-        ctx = np.asarray(context, np.int64)
-        t = self.t
-        key = np.uint64(_ctx_hash(ctx, 0, ctx.size, n))
-        s = _lookup(t["tkeys"], t["toff"], t["bits"], o, key)
-        if s < 0:
+        row = self._batch([list(context) + [int(token)]])[0]
+        t, i = self.t, self.index
+        seg = np.empty((i.parts.size - 1, 3), np.int64)
+        if _context(i.tokens, i.sa, i.parts, row, n - 2, n - 1, self.eot, self.min_count,
+                    t["keys"], t["ko"], o, seg) == 0:
             return 0
-        s = t["tidx"][s]
-        f = t["s_tok"][t["tstart"][s]:t["tend"][s]]
-        j = int(np.searchsorted(f, token))
-        return int(t["s_cnt"][t["tstart"][s] + j]) if j < f.size and f[j] == token else 0
+        return int(_count_in(i.tokens, i.sa, seg, n - 1, int(token), self.eot, i.sentinel,
+                             t["fst"], t["s_tok"], t["s_cnt"]))
 
     def _batch(self, batch) -> np.ndarray:
         b = np.asarray(batch)
@@ -444,36 +598,78 @@ class NGramCountsModel:
         b = self._batch(batch)
         pos = np.asarray(positions, np.int64).reshape(-1, 2)
         out = np.empty((pos.shape[0], self.n_vocab), np.float64)
-        t = self.t
-        for i, (r, c) in enumerate(pos.tolist()):
-            _full_dist(b[r], c, self.orders, self.eot, self.unigram, self.n_uni, self.beta,
-                       t["tkeys"], t["tidx"], t["toff"], t["bits"], t["tstart"], t["tend"],
-                       t["ttotal"], t["f_tok"], t["f_cnt"], out[i])
+        t, i = self.t, self.index
+        for j, (r, c) in enumerate(pos.tolist()):
+            _full_dist(i.tokens, i.sa, i.parts, b[r], c, self.orders, self.eot, i.sentinel,
+                       self.unigram, self.n_uni, self.beta, self.min_count, t["keys"],
+                       t["ko"], t["fst"], t["s_tok"], t["s_cnt"], out[j])
         return out
 
     def topk(self, batch: np.ndarray, k: int = 8, candidates: int = 32
              ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k next tokens at every position of a (B, T) batch (numba threads).
 
-        The candidates are each order's ``candidates`` most frequent followers plus the 64
-        most frequent tokens; their probabilities are exact. Returns ``(ids int32[B, T, k],
-        probs float32[B, T, k])``, sorted by probability.
+        The candidates are each order's ``candidates`` most frequent followers (per index
+        part; every follower of a context seen fewer than ``min_count`` times there) plus
+        the 64 most frequent tokens; their probabilities are exact. Returns
+        ``(ids int32[B, T, k], probs float32[B, T, k])``, sorted by probability.
         """
+        if not isinstance(k, int) or k < 1 or not isinstance(candidates, int) or candidates < 1:
+            raise ValueError(f"k and candidates must be integers >= 1, not {k!r}, "
+                             f"{candidates!r}")
         b = self._batch(batch)
-        t = self.t
-        return _topk_batch(b, self.orders, self.eot, self.unigram, self.n_uni, self.beta,
-                           t["tkeys"], t["tidx"], t["toff"], t["bits"], t["tstart"], t["tend"],
-                           t["ttotal"], t["f_tok"], t["s_tok"], t["s_cnt"], self.uni_top, k,
-                           candidates)
+        t, i = self.t, self.index
+        return _topk_batch(i.tokens, i.sa, i.parts, b, self.orders, self.eot, i.sentinel,
+                           self.unigram, self.n_uni, self.beta, self.min_count, t["keys"],
+                           t["ko"], t["fst"], t["s_tok"], t["s_cnt"], t["f_tok"],
+                           self.uni_top, k, candidates)
+
+    def next_tokens(self, context: Sequence[int], k: int = 10
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k next tokens after ``context`` (a non-empty token list) with their
+        probabilities: ``(ids int32[<=k], probs float32[<=k])``."""
+        if not len(context):
+            raise ValueError("the context is empty: give at least one token")
+        ids, probs = self.topk(np.asarray([list(context)]), k=k)
+        keep = ids[0, -1] >= 0
+        return ids[0, -1][keep], probs[0, -1][keep]
 
 
-def build_counts(manifest_path: str | os.PathLike, out_dir: str | os.PathLike,
+def _decode_tables(enc: dict[str, np.ndarray], n_orders: int) -> dict[str, np.ndarray]:
+    """In-memory tables (see :class:`NGramCountsModel`) from the varint streams."""
+    keys, nfs, toks, cnts, ko = [], [], [], [], [0]
+    for o in range(n_orders):
+        n_ctx, n_fol = (int(x) for x in enc[f"n_{o}"])
+        keys.append(np.cumsum(_varint_decode(enc[f"keys_{o}"], n_ctx)))
+        nf = _varint_decode(enc[f"nf_{o}"], n_ctx)
+        nfs.append(nf)
+        toks.append(_undelta_within(_varint_decode(enc[f"tok_{o}"], n_fol), nf))
+        cnts.append(_varint_decode(enc[f"cnt_{o}"], n_fol).astype(np.int32))
+        ko.append(ko[-1] + n_ctx)
+    fst = np.zeros(ko[-1] + 1, np.int64)
+    np.cumsum(np.concatenate(nfs), out=fst[1:])
+    s_tok = np.concatenate(toks)
+    s_cnt = np.concatenate(cnts)
+    f_tok, f_cnt = _by_count(fst, s_tok, s_cnt)
+    return {"keys": np.concatenate(keys).astype(np.int64), "ko": np.asarray(ko, np.int64),
+            "fst": fst, "s_tok": s_tok, "s_cnt": s_cnt, "f_tok": f_tok, "f_cnt": f_cnt}
+
+
+def build_counts(index: SuffixArrayIndex | str | os.PathLike, out_dir: str | os.PathLike,
                  orders: Sequence[int] = range(2, 9), **kw) -> dict:
-    """Build and save a :class:`NGramCountsModel`; returns a summary dict."""
+    """Build and save a :class:`NGramCountsModel` from a built index.
+
+    Returns:
+        ``orders``, ``seconds`` (build + save), ``bytes`` (on disk), ``contexts`` (stored
+        contexts per order) and ``followers`` (stored (context, next) pairs per order).
+    """
     t0 = time.perf_counter()
-    model = NGramCountsModel.build(manifest_path, orders, **kw)
-    model.save(out_dir)
+    model = NGramCountsModel.build(index, orders, **kw)
+    nbytes = model.save(out_dir)
+    ko = model.t["ko"]
+    fst = model.t["fst"]
     return {"orders": model.orders.tolist(), "seconds": time.perf_counter() - t0,
-            "contexts": {int(n): int((model.t["tkeys"][a:b] != 0).sum()) for n, a, b in
-                         zip(model.orders, model.t["toff"][:-1], model.t["toff"][1:],
-                             strict=True)}}
+            "bytes": nbytes,
+            "contexts": {int(n): int(ko[o + 1] - ko[o]) for o, n in enumerate(model.orders)},
+            "followers": {int(n): int(fst[ko[o + 1]] - fst[ko[o]])
+                          for o, n in enumerate(model.orders)}}

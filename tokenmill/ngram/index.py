@@ -45,9 +45,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.atomic import atomic_open, atomic_write_text, sha256_file
-from tokenmill.manifests.schema import load_manifest
+from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.shards import read_sidecar, read_tokens
+from tokenmill.manifests.verify import open_shards
 from tokenmill.tokenizers import TokenizerIdentity
 
 FORMAT = "tokenmill-sa-index/1"
@@ -354,148 +354,168 @@ def build_index(
     progress: bool = True,
     max_part_tokens: int = 1 << 28,
     workers: int = 2,
+    verify: bool = True,
 ) -> dict:
     """Build a suffix-array index over a manifest's shards.
 
-    Shards are read one at a time, in manifest order, and consecutive shards are grouped
-    into parts of at most ``max_part_tokens`` tokens (a shard larger than that is a part
-    of its own); each part gets one suffix array (libdivsufsort), so a query does one
-    binary search per part. Build memory is about 14 bytes per token of each part being built
-    (``workers`` at once).
+    The shards are opened through :func:`tokenmill.manifests.verify.open_shards` (manifest
+    complete, every shard present with the recorded size and, with ``verify``, sha256),
+    then read one at a time, in manifest order; consecutive shards are grouped into parts of
+    at most ``max_part_tokens`` tokens (a shard larger than that is a part of its own); each
+    part gets one suffix array (libdivsufsort), so a query does one binary search per part.
+    Build memory is about 14 bytes per token of each part being built (``workers`` at once).
 
     Args:
-        manifest_path: ``manifest.json`` (or its folder) of a datamix.
+        manifest_path: ``manifest.json`` (or its folder) of a curation output.
         out_dir: index folder (created; files written atomically).
         split: ``"train"``, ``"val"`` or ``None`` (all shards).
         progress: show a tqdm bar over shards.
         max_part_tokens: part size bound (``< 2**31``, libdivsufsort's int32 limit).
         workers: parts whose suffix arrays are built at once (threads; memory grows by
             ~ 14 bytes per token of each part in flight). The output does not depend on it.
+        verify: check every shard's sha256 against the manifest (``False``: sizes only).
 
     Returns:
         summary dict: ``tokens`` (indexed, one sentinel per part included), ``parts``,
         ``shards``, ``seconds``, ``bytes`` (on disk) and ``bytes_per_token``.
 
     Raises:
-        FileNotFoundError: a shard listed in the manifest is missing.
-        IndexError_: the manifest has no shard of ``split``, or a shard's size disagrees
-            with its manifest entry.
+        ShardVerifyError: the manifest is missing or incomplete, or a shard is missing,
+            truncated or differs from its sha256 (naming the first such file).
+        IndexError_: bad options, no shard of ``split``, or a token id outside the
+            vocabulary.
     """
+    if not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise IndexError_(f"workers must be an integer >= 1, not {workers!r}")
+    if not isinstance(max_part_tokens, (int, np.integer)) or not (
+            0 < max_part_tokens < 2**31 - 1):
+        raise IndexError_(f"max_part_tokens must be in (0, 2**31 - 1), not {max_part_tokens}")
+    t0 = time.perf_counter()
+    opened = open_shards(manifest_path, split, verify=verify)
+    if not opened.shards:
+        raise IndexError_(f"{opened.manifest_path}: no shards with split={split!r}")
     out = Path(out_dir)
     created = not out.exists()
     try:
-        return _build_index(manifest_path, out, split, progress, max_part_tokens, workers)
+        out.mkdir(parents=True, exist_ok=True)
+        s = _build_index(opened, out, progress, max_part_tokens, workers)
     except BaseException:
         # nothing is lost: the files are written atomically, so a failed build leaves an
         # earlier index intact; only a folder this call created (and left empty) goes
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()
         raise
+    s["seconds"] = time.perf_counter() - t0
+    return s
 
 
-def _build_index(manifest_path, out_dir, split, progress, max_part_tokens, workers) -> dict:
-    from pydivsufsort import divsufsort
-    from tqdm import tqdm
-
-    t0 = time.perf_counter()
-    mpath = Path(manifest_path)
-    manifest = load_manifest(mpath)
-    root = mpath if mpath.is_dir() else mpath.parent
-    shards = manifest.shards(split)
-    if not shards:
-        raise IndexError_(f"{mpath}: no shards with split={split!r}")
-    if not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise IndexError_(f"workers must be an integer >= 1, not {workers!r}")
-    if not isinstance(max_part_tokens, (int, np.integer)) or not (
-            0 < max_part_tokens < 2**31 - 1):
-        raise IndexError_(f"max_part_tokens must be in (0, 2**31 - 1), not {max_part_tokens}")
-    tok = manifest.tokenizer
-    dtype = np.uint16 if tok.n_vocab < 2**16 - 1 else np.uint32
-    sentinel = int(np.iinfo(dtype).max)
+def _plan_parts(shards: list, max_part_tokens: int) -> list[list]:
+    """Consecutive shards grouped into parts of at most ``max_part_tokens`` (+1 sentinel)."""
     groups: list[list] = [[]]
     size = 0
     for s in shards:
-        if groups[-1] and size + s.tokens + 1 > max_part_tokens:
+        if groups[-1] and size + s.entry.tokens + 1 > max_part_tokens:
             groups.append([])
             size = 0
         groups[-1].append(s)
-        size += s.tokens
-    n_total = sum(s.tokens for s in shards) + len(groups)
-    sa_dtype = np.dtype(_sa_dtype(n_total)).newbyteorder("<")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    parts_meta, shards_meta = [], []
-    doc_pos: list[np.ndarray] = []
-    doc_keys: list[str] = []
-    start = 0
-    bar = tqdm(total=len(shards), desc="index shards", disable=not progress)
-    pool = ThreadPoolExecutor(max(1, min(workers, len(groups))))
-    hasher = ThreadPoolExecutor(1)  # hashlib releases the GIL on large buffers
-    digests: list = []
-    pending: list = []  # (future of the part's suffix array, start): at most workers
+        size += s.entry.tokens
+    return groups
 
-    def flush(fs, keep: int) -> None:
-        while len(pending) > keep:  # written in part order: the files stay deterministic
-            fut, pstart = pending.pop(0)
+
+class _PartSorter:
+    """Suffix arrays of parts sorted on ``workers`` threads (libdivsufsort releases the GIL)
+    and written to ``sa.bin`` in part order, so the file does not depend on ``workers``."""
+
+    def __init__(self, fs, workers: int, sa_dtype: np.dtype):
+        self.fs, self.workers, self.sa_dtype = fs, workers, sa_dtype
+        self.pool = ThreadPoolExecutor(workers)
+        self.pending: list = []
+
+    def submit(self, part: np.ndarray, start: int) -> None:
+        from pydivsufsort import divsufsort
+
+        # libdivsufsort's integer path is fastest on int32 (uint16 ids and the uint16
+        # sentinel keep their order)
+        sa_in = part.astype(np.int32) if part.dtype == np.uint16 else part
+        self.pending.append((self.pool.submit(divsufsort, sa_in), start))
+        self.flush(keep=self.workers - 1)
+
+    def flush(self, keep: int = 0) -> None:
+        while len(self.pending) > keep:
+            fut, pstart = self.pending.pop(0)
             sa = fut.result()
-            if sa.dtype == np.int32 and sa_dtype == np.dtype("<u4"):
+            if sa.dtype == np.int32 and self.sa_dtype == np.dtype("<u4"):
                 u = sa.view(np.uint32)  # >= 0, and start + n < 2**32: shift in place
                 if pstart:
                     u += np.uint32(pstart)
-                fs.write(u.astype("<u4", copy=False).tobytes())
+                self.fs.write(u.astype("<u4", copy=False).tobytes())
             else:
                 for c in range(0, sa.size, 1 << 24):  # global positions, in bounded chunks
-                    fs.write((sa[c:c + (1 << 24)].astype(np.int64) + pstart).astype(
-                        sa_dtype).tobytes())
+                    self.fs.write((sa[c:c + (1 << 24)].astype(np.int64) + pstart).astype(
+                        self.sa_dtype).tobytes())
             del sa
 
-    with (atomic_open(out / "tokens.bin") as ft, atomic_open(out / "sa.bin") as fs, pool,
-          hasher):
-        for group in groups:
-            n_part = sum(s.tokens for s in group) + 1
-            part = np.empty(n_part, dtype=dtype)
-            off = 0
-            for s in group:
-                path = root / s.path
-                toks = read_tokens(path)
-                if toks.size != s.tokens:
-                    raise IndexError_(f"{path}: {toks.size} tokens, manifest says {s.tokens}")
-                # a shard is indexed only as the manifest recorded it (checked on a side
-                # thread, before meta.json is written), ids in the vocabulary
-                if s.sha256:
-                    digests.append((path, s.sha256, hasher.submit(sha256_file, path)))
-                if toks.size and int(toks.max()) >= tok.n_vocab:
-                    j = int(np.argmax(np.asarray(toks) >= tok.n_vocab))
-                    raise IndexError_(f"{path}: token id {int(toks[j])} at offset {j} is "
-                                      f"outside the vocabulary of {tok.short()}")
-                part[off:off + toks.size] = toks
-                side = read_sidecar(path)
-                doc_pos.append(side.column("offset").to_numpy().astype(np.int64) + start + off)
-                doc_keys.extend(side.column("key").to_pylist())
-                shards_meta.append({"shard": s.path, "split": s.split, "sha256": s.sha256,
-                                    "start": start + off, "tokens": int(toks.size)})
-                off += toks.size
-                bar.update(1)
-            part[-1] = sentinel
-            # libdivsufsort's integer path is fastest on int32 (uint16 ids and the uint16
-            # sentinel keep their order); it releases the GIL, so parts sort concurrently
-            sa_in = part.astype(np.int32) if dtype == np.uint16 else part
-            pending.append((pool.submit(divsufsort, sa_in), start))
-            # the tokens are written while the suffix array is sorted
-            ft.write(part.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes())
-            del part, sa_in
-            parts_meta.append({"start": start, "tokens": int(n_part),
-                               "shards": [s.path for s in group]})
-            start += n_part
-            flush(fs, keep=workers - 1)
-        flush(fs, keep=0)
-        for path, want, fut in digests:
-            if fut.result() != want:
-                raise IndexError_(f"{path}: sha256 differs from the manifest's (corrupt or "
-                                  "replaced shard; see `tokenmill manifest validate`)")
+    def close(self) -> None:
+        self.flush(keep=0)
+        self.pool.shutdown()
+
+
+def _read_part(group: list, dtype, sentinel: int, tok: TokenizerIdentity, start: int,
+               docs: tuple[list, list], shards_meta: list, bar) -> np.ndarray:
+    """One part's tokens (its shards' tokens, then the sentinel); appends each shard's
+    documents (global start, key) to ``docs`` and its entry to ``shards_meta``."""
+    part = np.empty(sum(s.entry.tokens for s in group) + 1, dtype=dtype)
+    off = 0
+    for s in group:
+        toks = read_tokens(s.path)
+        if toks.size and int(toks.max()) >= tok.n_vocab:
+            j = int(np.argmax(np.asarray(toks) >= tok.n_vocab))
+            raise IndexError_(f"{s.path}: token id {int(toks[j])} at offset {j} is "
+                              f"outside the vocabulary of {tok.short()}")
+        part[off:off + toks.size] = toks
+        side = read_sidecar(s.path)
+        docs[0].append(side.column("offset").to_numpy().astype(np.int64) + start + off)
+        docs[1].extend(side.column("key").to_pylist())
+        shards_meta.append({"shard": s.entry.path, "split": s.entry.split,
+                            "sha256": s.entry.sha256, "start": start + off,
+                            "tokens": int(toks.size)})
+        off += toks.size
+        bar.update(1)
+    part[-1] = sentinel
+    return part
+
+
+def _build_index(opened, out: Path, progress: bool, max_part_tokens: int,
+                 workers: int) -> dict:
+    from tqdm import tqdm
+
+    tok = opened.manifest.tokenizer
+    dtype = np.uint16 if tok.n_vocab < 2**16 - 1 else np.uint32
+    sentinel = int(np.iinfo(dtype).max)
+    groups = _plan_parts(opened.shards, max_part_tokens)
+    n_total = sum(s.entry.tokens for s in opened.shards) + len(groups)
+    sa_dtype = np.dtype(_sa_dtype(n_total)).newbyteorder("<")
+    parts_meta, shards_meta = [], []
+    docs: tuple[list, list] = ([], [])
+    start = 0
+    bar = tqdm(total=len(opened.shards), desc="index shards", disable=not progress)
+    with atomic_open(out / "tokens.bin") as ft, atomic_open(out / "sa.bin") as fs:
+        sorter = _PartSorter(fs, max(1, min(workers, len(groups))), sa_dtype)
+        try:
+            for group in groups:
+                part = _read_part(group, dtype, sentinel, tok, start, docs, shards_meta, bar)
+                sorter.submit(part, start)
+                # the tokens are written while the suffix array is sorted
+                ft.write(part.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes())
+                parts_meta.append({"start": start, "tokens": int(part.size),
+                                   "shards": [s.entry.path for s in group]})
+                start += part.size
+                del part
+        finally:
+            sorter.close()
     bar.close()
-    table = pa.table({"pos": pa.array(np.concatenate(doc_pos), pa.int64()),
-                      "key": pa.array(doc_keys, pa.string())})
+    table = pa.table({"pos": pa.array(np.concatenate(docs[0]), pa.int64()),
+                      "key": pa.array(docs[1], pa.string())})
     with atomic_open(out / "docs.parquet") as f:
         pq.write_table(table, f, compression="zstd")
     nbytes = sum((out / n).stat().st_size for n in ("tokens.bin", "sa.bin", "docs.parquet"))
@@ -503,12 +523,11 @@ def _build_index(manifest_path, out_dir, split, progress, max_part_tokens, worke
         "format": FORMAT, "tokenizer": tok.model_dump(mode="json"),
         "token_dtype": np.dtype(dtype).name, "sa_dtype": sa_dtype.name,
         "sentinel": sentinel, "tokens": start, "parts": parts_meta, "shards": shards_meta,
-        "bytes_per_token": nbytes / start,
+        "bytes_per_token": nbytes / start, "verified": opened.verified,
     }
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return {"tokens": start, "parts": len(groups), "shards": len(shards),
-            "seconds": time.perf_counter() - t0, "bytes": nbytes,
-            "bytes_per_token": nbytes / start}
+    return {"tokens": start, "parts": len(groups), "shards": len(opened.shards),
+            "bytes": nbytes, "bytes_per_token": nbytes / start}
 
 
 # --------------------------------------------------------------------------- queries
@@ -731,10 +750,8 @@ class SuffixArrayIndex:
         pos = pos[:k]
         doc_pos, keys = self._doc_table()
         shard_starts = np.array([s["start"] for s in self.meta["shards"]], np.int64)
-        out = []
-        for g in pos.tolist():
-            p = int(np.searchsorted(shard_starts, g, side="right") - 1)
-            d = int(np.searchsorted(doc_pos, g, side="right") - 1)
-            out.append(Occurrence(self.meta["shards"][p]["shard"], g - int(shard_starts[p]),
-                                  keys[d]))
-        return out
+        p = np.searchsorted(shard_starts, pos, side="right") - 1  # vectorised: k may be all
+        d = np.searchsorted(doc_pos, pos, side="right") - 1
+        names = [s["shard"] for s in self.meta["shards"]]
+        return [Occurrence(names[a], g, keys[b]) for a, g, b in
+                zip(p.tolist(), (pos - shard_starts[p]).tolist(), d.tolist(), strict=True)]

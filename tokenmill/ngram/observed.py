@@ -1,18 +1,17 @@
-"""Observed adjacent token pairs of a shard set: sparse counts, built on Ray from a manifest.
+"""Observed adjacent token pairs of a shard set, and the legality check over shards.
 
-``ObservedPairs`` counts every adjacent pair ``(prev, next)`` in the token stream of each
-shard of a :class:`~tokenmill.manifests.schema.DatamixManifest` (documents are EOT-separated,
-so pairs ``(last token, EOT)`` and ``(EOT, first token)`` are included; nothing is counted
-across shard files). It serves two purposes:
+``ObservedPairs`` is the order-2 n-gram count of a curation manifest's shards: every adjacent
+pair ``(prev, next)`` in each shard's token stream (documents are EOT-separated, so pairs
+``(last token, EOT)`` and ``(EOT, first token)`` are included; nothing is counted across shard
+files). The counting is :mod:`tokenmill.ngram.counts`' (:func:`~tokenmill.ngram.counts.
+count_pairs` per shard, :func:`~tokenmill.ngram.counts.count_shards` on Ray over the shards
+that :func:`tokenmill.manifests.verify.open_shards` opened and verified). It serves two
+purposes:
 
 * statistics: distinct pairs, totals, most frequent pairs;
 * a soundness check of a :class:`~tokenmill.tokenizers.legality.LegalityTable`: an observed
-  pair that the table marks impossible is a bug, reported with both tokens decoded.
-
-Counting per shard is vectorised numpy (keys ``prev * n_vocab + next`` as uint64, sorted and
-run-length counted); shards are counted in parallel as Ray tasks (embedded local Ray, or an
-existing cluster with ``ray_address``) and merged in sorted key order, so the result is
-identical for any number of workers.
+  pair that the table marks impossible is a bug, reported with both tokens decoded
+  (``tokenmill ngram pairs MANIFEST --table DIR``).
 """
 
 from __future__ import annotations
@@ -24,55 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenmill.atomic import atomic_open, sha256_file
-from tokenmill.tokenizers import TokenizerIdentity, check_same
-
-
-def count_pairs(tokens: np.ndarray, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sparse adjacent-pair counts of one token stream.
-
-    Args:
-        tokens: 1-D integer token ids (uint16/uint32 shard memmap or any int array).
-        n_vocab: vocabulary size (keys are ``prev * n_vocab + next``).
-
-    Returns:
-        ``(keys uint64[K] sorted, counts uint64[K])``.
-    """
-    t = np.asarray(tokens).astype(np.uint64, copy=False)
-    if len(t) < 2:
-        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    keys = t[:-1] * np.uint64(n_vocab) + t[1:]
-    keys.sort()
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    counts = np.diff(np.r_[starts, len(keys)]).astype(np.uint64)
-    return keys[starts], counts
-
-
-def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge sparse ``(keys, counts)`` parts into one sorted sparse count (deterministic)."""
-    if not parts:
-        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    keys = np.concatenate([k for k, _ in parts])
-    counts = np.concatenate([c for _, c in parts])
-    uk, inv = np.unique(keys, return_inverse=True)
-    total = np.zeros(len(uk), dtype=np.uint64)
-    np.add.at(total, inv, counts)
-    return uk, total
-
-
-def _count_shard(path: str, n_vocab: int, sha256: str | None) -> tuple[np.ndarray, np.ndarray]:
-    from tokenmill.manifests.shards import read_tokens
-
-    if sha256 is not None:
-        got = sha256_file(path)
-        if got != sha256:
-            raise ValueError(f"{path}: sha256 {got} does not match the manifest's {sha256}")
-    tokens = read_tokens(path)
-    if len(tokens) and int(tokens.max()) >= n_vocab:
-        bad = int(np.flatnonzero(np.asarray(tokens) >= n_vocab)[0])
-        raise ValueError(f"{path}: token {int(tokens[bad])} at position {bad} is outside the "
-                         f"vocabulary ({n_vocab})")
-    return count_pairs(tokens, n_vocab)
+from tokenmill.atomic import atomic_open
+from tokenmill.manifests.verify import open_shards
+from tokenmill.ngram.counts import count_pairs, count_shards, merge_counts
+from tokenmill.tokenizers import TokenizerIdentity, check_same, get_encoding
 
 
 @dataclass(frozen=True)
@@ -132,40 +86,24 @@ class ObservedPairs:
     def from_manifest(cls, manifest: str | os.PathLike, split: str | None = None,
                       ray_address: str | None = None, num_cpus: int = 2,
                       verify: bool = True) -> ObservedPairs:
-        """Count the shards of a datamix manifest on Ray.
+        """Count the shards of a curation manifest on Ray.
 
         Args:
             manifest: ``manifest.json`` or its folder.
             split: ``"train"``, ``"val"`` or None for all shards.
             ray_address: an existing Ray cluster; otherwise an embedded local Ray with
-                ``num_cpus`` CPUs is started when none is running.
-            verify: check each shard's sha256 against the manifest first.
+                ``num_cpus`` CPUs (:mod:`tokenmill.raysession`) when none is running.
+            verify: check each shard's sha256 against the manifest first (the driver
+                hashes; workers only read).
 
         Raises:
-            ValueError: a shard's checksum or a token id is wrong (naming the shard).
+            ShardVerifyError: the manifest or a shard (missing, truncated, sha256) is wrong,
+                naming the first bad file.
+            ValueError: a token id is outside the vocabulary (naming the shard).
         """
-        import ray
-
-        from tokenmill.manifests.schema import load_manifest
-
-        mpath = Path(manifest)
-        folder = mpath if mpath.is_dir() else mpath.parent
-        man = load_manifest(mpath)
-        shards = man.shards(split)
-        V = man.tokenizer.n_vocab
-        if not ray.is_initialized():
-            if ray_address:
-                ray.init(address=ray_address, log_to_driver=False)
-            else:
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                         log_to_driver=False,
-                         configure_logging=False)
-        task = ray.remote(num_cpus=1)(_count_shard)
-        refs = [task.remote(str(folder / s.path), V, s.sha256 if verify else None)
-                for s in shards]
-        parts = ray.get(refs)
-        keys, counts = merge_counts(parts)
-        return cls(man.tokenizer, keys, counts)
+        opened = open_shards(manifest, split, verify=verify)
+        keys, counts = count_shards(opened, ray_address=ray_address, num_cpus=num_cpus)
+        return cls(opened.manifest.tokenizer, keys, counts)
 
     @classmethod
     def from_tokens(cls, ident: TokenizerIdentity, streams: list[np.ndarray]) -> ObservedPairs:
@@ -180,8 +118,6 @@ class ObservedPairs:
         Raises:
             TokenizerMismatchError: the table was built for another tokenizer.
         """
-        from tokenmill.tokenizers import get_encoding
-
         check_same(self.identity, table.identity, "legality table")
         ok = table.possible_pairs(self.prev, self.next)
         bad = np.flatnonzero(~ok)
@@ -210,6 +146,7 @@ class ObservedPairs:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ObservedPairs:
+        """Read a file written by :meth:`save`."""
         with np.load(path) as z:
             ident = TokenizerIdentity(**json.loads(z["identity"].tobytes()))
             return cls(ident, z["keys"], z["counts"])

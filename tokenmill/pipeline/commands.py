@@ -10,11 +10,11 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> int:
+    from tokenmill.manifests.summary import summary_table
     from tokenmill.pipeline.config import load_datamix
     from tokenmill.pipeline.executor import run_datamix
     from tokenmill.pipeline.license import LicenseError
     from tokenmill.pipeline.sources import SourceError
-    from tokenmill.manifests.summary import summary_table
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     datamix = args.datamix

@@ -1,30 +1,27 @@
-"""The executor: plans units of work and chains the stages on Ray.
-
-It only chains stages; what each stage does lives in :mod:`tokenmill.pipeline.units`.
+"""The executor: plans units of work and runs the stages of
+:data:`~tokenmill.pipeline.stages.STAGES` on Ray. It knows stages only by their scope.
 
 Order of work for ``tokenmill run``:
 
 1. resolve sources (local folders, Hub snapshots) and refuse disallowed licenses;
 2. ``prepare`` tasks, one per unit (a data file, or up to ``files_per_block`` small
-   files): read → per-document license gate → normalize, committed in blocks of
-   ``block_documents`` rows (the granularity of resume);
-   → length filters → quality filters → language id, plus per-document exact-dedup hash
-   and MinHash signature;
-3. dedup on the driver: exact (first occurrence in source, unit, row order wins) then
-   MinHash-LSH fuzzy over the exact-unique documents (lowest key of a cluster kept);
-4. ``tokenize`` tasks, one per block: drop duplicates → tokenize;
-5. ``write`` tasks, one per source: shards, sidecars, quarantine;
-6. the manifest, written last and atomically.
+   files): read, then the source's ``document`` stages, then the ``global`` stages'
+   per-block columns, committed per block of ``block_documents`` rows and per stage
+   (:mod:`tokenmill.pipeline.blocks`);
+3. the ``global`` stages' decisions, in order (exact dedup, then MinHash-LSH fuzzy dedup
+   over the exact-unique documents), on the driver;
+4. the ``block`` stage (tokenize) per block: drop the removed documents, tokenize;
+5. the ``source`` stage (shard writing) per source: shards, sidecars, quarantine;
+6. the manifest (:mod:`tokenmill.pipeline.accounting`), written last and atomically.
 
-Every task's output is content-addressed by its inputs and versioned config, so the
-result is byte-identical whatever the number of Ray workers, and a rerun reuses
-finished units.
+Every output is content-addressed by its inputs and its stage's version and config, so
+the result is byte-identical whatever the number of Ray workers, and a rerun reuses
+finished blocks and stages.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections import Counter
@@ -34,28 +31,23 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tokenmill.manifests.schema import (
-    MANIFEST_NAME,
-    DatamixManifest,
-    QuarantineEntry,
-    ShardEntry,
-    SourceCounts,
-    SourceEntry,
-)
-from tokenmill.pipeline import units
+from tokenmill.manifests.schema import MANIFEST_NAME, DatamixManifest, QuarantineEntry
+from tokenmill.manifests.shards import version_for_vocab
+from tokenmill.pipeline import blocks as block_work
+from tokenmill.pipeline import stages
+from tokenmill.pipeline.accounting import source_entry
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.intermediate import content_hash
 from tokenmill.pipeline.license import check_source_licenses
 from tokenmill.pipeline.readers import is_whole_file
-from tokenmill.manifests.shards import version_for_vocab
+from tokenmill.pipeline.shard_writer import write_source
 from tokenmill.pipeline.sources import ResolvedSource, resolve_source
-from tokenmill.tokenizers import identity
+from tokenmill.pipeline.step import BlockColumns, Removals
+from tokenmill.pipeline.units import META_COLUMNS, tokenize_unit
+from tokenmill.raysession import ray_session
+from tokenmill.tokenizers import TokenizerIdentity, identity
 
 log = logging.getLogger(__name__)
-
-PREPARE_VERSION = 3
-TOKENIZE_VERSION = 2
-WRITE_VERSION = 1
 
 
 @dataclass
@@ -65,6 +57,7 @@ class Block:
     source: ResolvedSource
     prepare_digest: str
     prepare_info: dict[str, Any]
+    stage_reused: dict[str, bool] = field(default_factory=dict)
     tokenize_digest: str = ""
     tokenize_info: dict[str, Any] = field(default_factory=dict)
 
@@ -86,6 +79,8 @@ class RunResult:
     reused_prepare: int = 0
     reused_tokenize: int = 0
     recovered: list[str] = field(default_factory=list)  # corrupt intermediates recomputed
+    # per stage name: [blocks whose output was reused, blocks computed]
+    stage_blocks: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _file_stat(root: Path, rel: str) -> list:
@@ -106,26 +101,6 @@ def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
         for files in sorted(groups):
             out.append(Unit(source=src, files=files))
     return out
-
-
-def _init_ray(ray_address: str | None, num_cpus: int | None) -> bool:
-    """Start an embedded local Ray (or join ``ray_address``). Returns True if we started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    env = {k: os.environ[k] for k in ("TIKTOKEN_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE",
-                                      "HF_HUB_OFFLINE") if k in os.environ}
-    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
-                              "configure_logging": False}
-    if ray_address:
-        ray.init(address=ray_address, **kwargs)
-    else:
-        # address="local": always a fresh embedded instance, even when a `ray start`
-        # cluster on this machine would otherwise be joined implicitly
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
-                 include_dashboard=False, **kwargs)
-    return True
 
 
 def _run_tasks(fn, specs: list[dict], desc: str, show: bool) -> list[Any]:
@@ -160,80 +135,111 @@ def run_datamix(
     sources = [resolve_source(cfg, s) for s in cfg.sources]
     check_source_licenses(cfg, sources)
     out_dir = Path(cfg.output_dir).resolve()
-    work = out_dir / "work"
     plan = plan_units(cfg, sources)
-    started = _init_ray(ray_address, num_cpus)
-    try:
-        return _execute(cfg, tok, sources, plan, out_dir, work, progress, t0)
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
+    with ray_session(ray_address, num_cpus):
+        return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
 
 
-def _execute(cfg, tok, sources, plan, out_dir, work, progress, t0) -> RunResult:
-    prepare_specs = []
+def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:
+    """Read + document stages + global stages' columns, per unit on Ray."""
+    specs = []
     for u in plan:
         sc = u.source.config
-        params = {
-            "v": PREPARE_VERSION, "source": u.source.name, "text_field": sc.text_field,
-            "max_document_bytes": cfg.max_document_bytes, "limit": sc.max_documents,
-            "document_license": sc.document_license,
-            "deny_terms": sorted(cfg.licenses.document_deny_terms),
-            "block_documents": cfg.block_documents,
-            "filters": cfg.filters.model_dump(),
-            "quality": cfg.quality.model_dump() if cfg.quality else None,
-            "apply_quality": sc.quality_filters,
-            "language": cfg.language.model_dump() if cfg.language else None,
-            "fuzzy": cfg.fuzzy_dedup.model_dump() if cfg.fuzzy_dedup else None,
-        }
-        u.digest = content_hash("prepare", params, [_file_stat(u.source.root, f) for f in u.files])
-        prepare_specs.append(params | {
+        read = {"v": block_work.READ_VERSION, "source": u.source.name,
+                "text_field": sc.text_field, "max_document_bytes": cfg.max_document_bytes,
+                "limit": sc.max_documents, "block_documents": cfg.block_documents}
+        u.digest = content_hash("read", read, [_file_stat(u.source.root, f) for f in u.files])
+        specs.append(read | {
             "work": str(work), "digest": u.digest, "root": str(u.source.root),
-            "files": u.files})
-    per_unit = _run_tasks(units.prepare_unit, prepare_specs, "read+normalize", progress)
-    blocks = [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"])
-              for u, bl in zip(plan, per_unit, strict=True) for b in bl]
+            "files": u.files, "stages": stages.source_stages(cfg, sc, "document"),
+            "globals": stages.source_stages(cfg, sc, "global")})
+    per_unit = _run_tasks(block_work.prepare_unit, specs, "read+normalize", progress)
+    return [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"],
+                  stage_reused=b["reused"])
+            for u, bl in zip(plan, per_unit, strict=True) for b in bl]
 
-    dups_by_block, fuzzy = _deduplicate(cfg, blocks, work, progress)
 
-    tokenize_specs = []
-    for b, dups in zip(blocks, dups_by_block, strict=True):
-        params = {"v": TOKENIZE_VERSION, "tokenizer": tok.model_dump(),
-                  "val_fraction": cfg.shards.val_fraction}
-        b.tokenize_digest = content_hash("tokenize", params, b.prepare_digest,
-                                         sorted(dups.items()))
-        tokenize_specs.append({
-            "work": str(work), "digest": b.tokenize_digest, "prepare_digest": b.prepare_digest,
-            "source": b.source.name, "duplicates": dups,
-            "tokenizer": cfg.tokenizer, "val_fraction": cfg.shards.val_fraction})
-    infos = _run_tasks(units.tokenize_unit, tokenize_specs, "tokenize", progress)
+def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool
+            ) -> tuple[list[Removals], dict[str, Any]]:
+    """The global stages' decisions, in order: per block the removed documents, and the
+    stages' manifest records by stage name."""
+    removals: list[Removals] = [{} for _ in blocks]
+    view = BlockColumns(len(blocks), lambda i, cols: block_work.read_block_columns(
+        str(work), blocks[i].prepare_digest, cols))
+    records: dict[str, Any] = {}
+    src = cfg.sources[0]  # global stages are configured per datamix, not per source
+    for name, kw in stages.source_stages(cfg, src, "global"):
+        rec = stages.build_stage(name, kw).decide(view, removals, progress)
+        if rec is not None:
+            records[name] = rec
+    return removals, records
+
+
+def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
+              removals: list[Removals], work: Path, progress: bool) -> None:
+    """The block stage (tokenize), per block on Ray."""
+    (name, kw), = stages.source_stages(cfg, cfg.sources[0], "block")
+    fingerprint = stages.build_stage(name, kw).fingerprint()
+    specs = []
+    for b, dups in zip(blocks, removals, strict=True):
+        b.tokenize_digest = content_hash(name, fingerprint, tok.model_dump(),
+                                         b.prepare_digest, sorted(dups.items()))
+        specs.append({"work": str(work), "digest": b.tokenize_digest,
+                      "prepare_digest": b.prepare_digest, "source": b.source.name,
+                      "duplicates": dups, "stage": (name, kw)})
+    infos = _run_tasks(tokenize_unit, specs, "tokenize", progress)
     for b, info in zip(blocks, infos, strict=True):
         b.tokenize_info = info
 
+
+def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSource],
+           blocks: list[Block], out_dir: Path, progress: bool) -> list[dict[str, Any]]:
+    """The source stage (shard writing), per source on Ray."""
     # From here the shards change: a manifest of an earlier run must not sit beside them
     # (a crash now leaves no manifest, never a manifest that lies).
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
     _remove_stale_sources(out_dir, {s.name for s in sources})
-    shard_version = version_for_vocab(tok.n_vocab)
-    write_specs = []
+    specs = []
     for src in sources:
-        write_specs.append({
-            "work": str(work), "output_dir": str(out_dir), "source": src.name,
+        (_, kw), = stages.source_stages(cfg, src.config, "source")
+        specs.append(kw | {
+            "work": str(out_dir / "work"), "output_dir": str(out_dir), "source": src.name,
             "units": [(b.prepare_digest, b.tokenize_digest) for b in blocks if b.source is src],
-            "tokens_per_shard": cfg.shards.tokens_per_shard, "shard_version": shard_version})
-    written = _run_tasks(units.write_source, write_specs, "write shards", progress)
+            "shard_version": version_for_vocab(tok.n_vocab), "meta_columns": META_COLUMNS})
+    return _run_tasks(write_source, specs, "write shards", progress)
 
-    manifest = _manifest(cfg, tok, sources, blocks, written, fuzzy)
+
+def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
+    work = out_dir / "work"
+    blocks = _prepare(cfg, plan, work, progress)
+    removals, records = _decide(cfg, blocks, work, progress)
+    _tokenize(cfg, tok, blocks, removals, work, progress)
+    written = _write(cfg, tok, sources, blocks, out_dir, progress)
+    entries = [source_entry(src, [(b.prepare_info, b.tokenize_info) for b in blocks
+                                  if b.source is src], w)
+               for src, w in zip(sources, written, strict=True)]
+    manifest = DatamixManifest(
+        name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(), tokenizer=tok,
+        sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
+        **records)
     path = manifest.write(out_dir)
-    reused = sum(1 for b in blocks if b.prepare_info.get("reused") and
+    return _result(path, manifest, blocks, time.perf_counter() - t0)
+
+
+def _result(path: Path, manifest: DatamixManifest, blocks: list[Block],
+            seconds: float) -> RunResult:
+    reused = sum(1 for b in blocks if b.stage_reused.get("prepare") and
                  b.tokenize_info.get("reused"))
-    res = RunResult(path, manifest, time.perf_counter() - t0, reused, len(blocks))
-    res.reused_prepare = sum(1 for b in blocks if b.prepare_info.get("reused"))
+    res = RunResult(path, manifest, seconds, reused, len(blocks))
+    res.reused_prepare = sum(1 for b in blocks if b.stage_reused.get("prepare"))
     res.reused_tokenize = sum(1 for b in blocks if b.tokenize_info.get("reused"))
     res.recovered = sorted({p for b in blocks for p in b.prepare_info.get("recovered", []) +
                             b.tokenize_info.get("recovered", [])})
+    tally: dict[str, Counter] = {}
+    for b in blocks:
+        for name, was in [*b.stage_reused.items(), ("tokenize", b.tokenize_info["reused"])]:
+            tally.setdefault(name, Counter())[bool(was)] += 1
+    res.stage_blocks = {n: [c[True], c[False]] for n, c in tally.items()}
     for p in res.recovered:
         log.warning("recomputed a corrupt or incomplete intermediate: %s", p)
     return res
@@ -249,114 +255,3 @@ def _remove_stale_sources(out_dir: Path, names: set[str]) -> None:
     for p in sorted((out_dir / "quarantine").glob("*.parquet")):
         if p.stem not in names:
             p.unlink()
-
-
-def _deduplicate(cfg, blocks, work, progress) -> tuple[list[dict[str, list]], dict | None]:
-    """Global dedup on the driver. Exact: the first occurrence in (source, unit, row) order
-    of a normalized text wins (holds 16 bytes + key per document). Fuzzy (when configured):
-    MinHash-LSH over the exact-unique documents' signatures, computed per block by the
-    workers (holds num_perm * 4 bytes + key per document); the lowest key of a cluster is
-    kept. Returns per block {removed key: [kept key, stage, detail]} and the fuzzy record.
-    """
-    first: dict[bytes, str] = {}
-    dups: list[dict[str, list]] = []
-    for b in tqdm(blocks, desc="exact dedup", unit="block", disable=not progress):
-        keys, hashes = units.read_dedup_keys(str(work), b.prepare_digest)
-        d = {}
-        for k, h in zip(keys, hashes, strict=True):
-            kept = first.setdefault(h, k)
-            if kept != k:
-                d[k] = [kept, "exact_dedup", None]
-        dups.append(d)
-    del first
-    if cfg.fuzzy_dedup is None:
-        return dups, None
-    from tokenmill.pipeline.minhash import fuzzy_dedup_signatures
-
-    f = cfg.fuzzy_dedup
-    keys_all, sigs, counts, owner = [], [], [], {}
-    for i, b in enumerate(tqdm(blocks, desc="fuzzy dedup", unit="block",
-                               disable=not progress)):
-        keys, _ = units.read_dedup_keys(str(work), b.prepare_digest)
-        sig, nsh = units.read_signatures(str(work), b.prepare_digest, f.num_perm)
-        keep = [j for j, k in enumerate(keys) if k not in dups[i]]
-        keys_all += [keys[j] for j in keep]
-        sigs.append(sig[keep])
-        counts.append(nsh[keep])
-        owner.update({keys[j]: i for j in keep})
-    import numpy as np
-
-    sig = np.concatenate(sigs) if sigs else np.empty((0, f.num_perm), np.uint32)
-    nsh = np.concatenate(counts) if counts else np.empty(0, np.int64)
-    res = fuzzy_dedup_signatures(keys_all, sig, nsh, threshold=f.threshold, ngram=f.ngram,
-                                 seed=f.seed)
-    for key, (kept, jac) in sorted(res.removed.items()):
-        dups[owner[key]][key] = [kept, "fuzzy_dedup", f"jaccard={jac:.3f}"]
-    # an exact duplicate of a document that fuzzy dedup then removed points to the
-    # document actually kept (its text equals the removed one's, so it is as similar)
-    for d in dups:
-        for entry in d.values():
-            if entry[1] == "exact_dedup" and entry[0] in res.removed:
-                entry[2] = f"same text as {entry[0]}"
-                entry[0] = res.removed[entry[0]][0]
-    counters = {k: v for k, v in res.counters.items() if k != "seconds"}
-    sizes = res.cluster_sizes
-    record = {"params": res.params, "counters": counters,
-              "cluster_sizes": {str(s): sizes.count(s) for s in sorted(set(sizes))}}
-    return dups, record
-
-
-def _manifest(cfg, tok, sources, blocks, written, fuzzy) -> DatamixManifest:
-    entries = []
-    q_entries = []
-    for src, w in zip(sources, written, strict=True):
-        mine = [b for b in blocks if b.source is src]
-        quarantined: Counter = Counter()
-        lic_rej: Counter = Counter()
-        lic_acc: Counter = Counter()
-        filtered: Counter = Counter()
-        read = dups = near = kept = read_errors = 0
-        stage_stats: dict[str, dict[str, Any]] = {}
-        for b in mine:
-            p, t = b.prepare_info, b.tokenize_info
-            read += p["read"]
-            quarantined.update(p["read_rejected"])
-            read_errors += sum(p["read_rejected"].values())
-            quarantined.update(p["normalize_rejected"])
-            lic_rej.update({k.removeprefix("license:"): v
-                            for k, v in p["license_rejected"].items()})
-            lic_acc.update(p["license_accepted"])
-            filtered.update(p["filtered"])
-            dups += t["exact_duplicates"]
-            near += t["near_duplicates"]
-            kept += t["kept"]
-            for name, st in p["stages"].items():
-                agg = stage_stats.setdefault(name, {"docs_in": 0, "docs_out": 0,
-                                                    "rejected": Counter()})
-                agg["docs_in"] += st["docs_in"]
-                agg["docs_out"] += st["docs_out"]
-                agg["rejected"].update(st["rejected"])
-        shards = [ShardEntry(**s) for s in w["shards"]]
-        counts = SourceCounts(read=read, quarantined=dict(sorted(quarantined.items())),
-                              license_rejected=dict(sorted(lic_rej.items())),
-                              exact_duplicates=dups, near_duplicates=near,
-                              filtered=dict(sorted(filtered.items())), kept=kept)
-        assert counts.read == counts.kept + counts.removed(), f"count mismatch for {src.name}"
-        entries.append(SourceEntry(
-            name=src.name, origin=src.origin, revision=src.revision, license=src.license,
-            mixture_weight=src.config.weight, counts=counts,
-            license_accepted=dict(sorted(lic_acc.items())),
-            tokens={s: sum(x.tokens for x in shards if x.split == s) for s in ("train", "val")},
-            documents={s: sum(x.documents for x in shards if x.split == s)
-                       for s in ("train", "val")},
-            shards=shards, skipped_files=src.skipped_files,
-            stages={"read": {"rows": read}, "read_errors": {"removed": read_errors},
-                    **{n: {"docs_in": v["docs_in"], "docs_out": v["docs_out"],
-                           "rejected": dict(sorted(v["rejected"].items()))}
-                       for n, v in stage_stats.items()},
-                    "exact_dedup": {"removed": dups}, "fuzzy_dedup": {"removed": near}},
-        ))
-        q_entries.append(QuarantineEntry(**w["quarantine"]))
-    return DatamixManifest(name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(),
-                           tokenizer=tok, sources=entries, quarantine=q_entries,
-                           fuzzy_dedup=fuzzy)

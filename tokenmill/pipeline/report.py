@@ -45,14 +45,15 @@ import pyarrow.parquet as pq
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text
 from tokenmill.manifests.schema import DatamixManifest, load_manifest
+from tokenmill.pipeline.stages import stage_order
 
 REPORT_NAME = "report.html"
 
-# Canonical order of the pipeline's stages; unknown stage names go after these.
-# the executor's order: per-document stages in the workers, then the global dedups
-STAGE_ORDER = ("read", "read_errors", "quarantine", "license", "normalize", "length",
-               "gopher_quality", "gopher_repetition", "c4", "fineweb", "language",
-               "exact_dedup", "fuzzy_dedup")
+# The pipeline's stage order (tokenmill.pipeline.stages.STAGES); "quarantine" stands for
+# rows quarantined while reading in manifests without per-stage counters; unknown stage
+# names go after these.
+_ORDER = stage_order()
+STAGE_ORDER = (*_ORDER[:2], "quarantine", *_ORDER[2:])
 
 
 @dataclass
@@ -194,6 +195,179 @@ def _bars(ax, stages, series: dict[str, list[float]], ylabel: str, title: str) -
     ax.legend(fontsize=8)
 
 
+@dataclass
+class _Report:
+    """What the plots of one report share."""
+
+    out: Path
+    manifest: DatamixManifest
+    result: ReportResult
+    q_rows: list[dict[str, Any]]  # quarantine rows (no text) with their n_tokens
+    sidecars: dict[str, dict[str, list]]
+    stages: list[str]
+    remaining: dict[str, list[int]]
+    sections: list[tuple[str, str, str]] = field(default_factory=list)  # title, png, caption
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.manifest.sources]
+
+    def add(self, fig, png: str, title: str, caption: str) -> None:
+        self.result.images.append(_save(fig, self.out / png))
+        self.sections.append((title, png, caption))
+
+
+def _quarantine_rows(out: Path, manifest: DatamixManifest) -> list[dict[str, Any]]:
+    """Removed documents (quarantine rows without text/raw) with their token lengths."""
+    quarantine = _read_quarantine(out, manifest)
+    if quarantine is None or not quarantine.num_rows:
+        return []
+    cols = {c: quarantine.column(c).to_pylist() for c in quarantine.column_names}
+    texts = cols.get("text", [None] * quarantine.num_rows)
+    raws = cols.get("raw", [None] * quarantine.num_rows)
+    lengths = _token_counter(manifest)([t or "" for t in texts])
+    rows = []
+    for i in range(quarantine.num_rows):
+        n_tok = lengths[i] if texts[i] is not None else len(raws[i] or b"") // 4 + 1
+        rows.append({c: cols[c][i] for c in cols if c not in ("text", "raw")}
+                    | {"n_tokens": n_tok})
+    return rows
+
+
+def _plot_waterfall(r: _Report, plt) -> None:
+    stages = r.stages
+    tok_removed: dict[str, Counter] = defaultdict(Counter)
+    for q in r.q_rows:
+        st = q.get("stage") or "other"
+        if st not in stages[1:-1]:  # e.g. rows quarantined while reading
+            st = "quarantine" if "quarantine" in stages else "other"
+        tok_removed[q.get("source")][st] += q["n_tokens"]
+    tok_series: dict[str, list[float]] = {}
+    for src in r.manifest.sources:
+        kept = sum(src.tokens.values())
+        removed = tok_removed[src.name]
+        # remaining after stage i = kept + tokens removed by the stages after it
+        tok_series[src.name] = [kept + sum(removed.get(s, 0) for s in stages[i + 1:-1])
+                                for i in range(len(stages) - 1)] + [kept]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    _bars(axes[0], stages, r.remaining, "documents", "documents remaining after each stage")
+    _bars(axes[1], stages, tok_series, "tokens (EOT included)",
+          "tokens remaining after each stage")
+    r.add(fig, "waterfall.png", "Documents and tokens per stage",
+          "Remaining after each stage, per source. Tokens of removed documents "
+          "are measured on their quarantined text.")
+
+
+def _plot_lengths(r: _Report, plt) -> None:
+    after = [n for s in r.names for n in r.sidecars.get(s, {}).get("n_tokens", [])]
+    before = after + [q["n_tokens"] for q in r.q_rows]
+    if not (after or before):
+        r.result.skipped["lengths.png"] = "no sidecar and no quarantine rows"
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    hi = max(before + after + [2])
+    bins = np.logspace(0, np.log10(hi) + 0.05, 40)
+    ax.hist(before, bins=bins, alpha=0.5, label=f"before ({len(before)} docs)")
+    ax.hist(after, bins=bins, alpha=0.7, label=f"after ({len(after)} docs)")
+    ax.set_xscale("log")
+    ax.set_xlabel("document length (tokens)")
+    ax.set_ylabel("documents")
+    ax.set_title("document length before and after curation")
+    ax.legend()
+    r.add(fig, "lengths.png", "Document lengths",
+          "Before = kept documents plus every quarantined document.")
+
+
+def _removal_rates(r: _Report) -> dict[str, float]:
+    rates: dict[str, float] = {}
+    for s_i, s in enumerate(r.stages[1:-1], start=1):
+        n_in = sum(r.remaining[n][s_i - 1] for n in r.names)
+        reasons: Counter = Counter()
+        for src in r.manifest.sources:
+            counters = src.stages.get(s, {})
+            if isinstance(counters, dict) and isinstance(counters.get("rejected"), dict):
+                reasons.update(counters["rejected"])
+            else:
+                reasons[s] += r.remaining[src.name][s_i - 1] - r.remaining[src.name][s_i]
+        for reason, v in reasons.items():
+            if v and n_in:
+                label = reason if reason.startswith(s) else f"{s}: {reason}"
+                rates[label] = rates.get(label, 0.0) + v / n_in
+    return rates
+
+
+def _plot_removal_rates(r: _Report, plt) -> None:
+    rates = _removal_rates(r)
+    if not rates:
+        r.result.skipped["removal_rates.png"] = "no stage removed any document"
+        return
+    items = sorted(rates.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(items) + 1.5))
+    ax.barh([k for k, _ in items], [v * 100 for _, v in items])
+    ax.set_xlabel("% of the stage's input documents removed")
+    ax.set_title("removal rate per stage and reason")
+    r.add(fig, "removal_rates.png", "Removal rates",
+          "Share of the documents entering a stage that it removed.")
+
+
+def _plot_clusters(r: _Report, plt) -> None:
+    clusters: dict[str, Counter] = defaultdict(Counter)
+    for q in r.q_rows:
+        if q.get("duplicate_of"):
+            clusters[q.get("stage") or "dedup"][q["duplicate_of"]] += 1
+    if not clusters:
+        r.result.skipped["duplicate_clusters.png"] = "no quarantined duplicates"
+        return
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    per_stage = {st: Counter(v + 1 for v in c.values()) for st, c in sorted(clusters.items())}
+    sizes = sorted(set().union(*per_stage.values()))
+    _bars(ax, [str(x) for x in sizes],
+          {f"{st} ({len(clusters[st])} clusters)": [c.get(x, 0) for x in sizes]
+           for st, c in per_stage.items()},
+          "clusters", "duplicate cluster sizes")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("cluster size (kept document + removed duplicates)")
+    r.add(fig, "duplicate_clusters.png", "Duplicate clusters",
+          "From the quarantine's duplicate_of column.")
+
+
+def _plot_languages(r: _Report, plt) -> None:
+    langs: Counter = Counter()
+    for s in r.names:
+        langs.update(x for x in r.sidecars.get(s, {}).get("language", []) if x)
+    if not langs:
+        r.result.skipped["languages.png"] = "no language column in the shard sidecars"
+        return
+    top = langs.most_common(25)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.bar([k for k, _ in top], [v for _, v in top])
+    ax.set_ylabel("kept documents")
+    ax.set_title("language of kept documents")
+    plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
+    r.add(fig, "languages.png", "Languages", "From the sidecars' language column.")
+
+
+def _plot_mixture(r: _Report, plt) -> None:
+    toks = [sum(s.tokens.values()) for s in r.manifest.sources]
+    if sum(toks) <= 0:
+        r.result.skipped["mixture.png"] = "no tokens in the manifest"
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 6.5))
+    labels = [f"{s.name}\n{t:,} tokens, weight {s.mixture_weight:g}"
+              for s, t in zip(r.manifest.sources, toks, strict=True)]
+    ax.pie(toks, labels=labels, autopct="%1.1f%%", startangle=90)
+    ax.set_title("mixture (tokens per source)")
+    r.add(fig, "mixture.png", "Mixture", "Tokens per source after curation.")
+
+
+_PLOTS = (_plot_waterfall, _plot_lengths, _plot_removal_rates, _plot_clusters,
+          _plot_languages, _plot_mixture)
+
+
 def write_report(output_dir: str | os.PathLike,
                  manifest: DatamixManifest | None = None) -> ReportResult:
     """Write ``report.html`` and its PNGs into ``output_dir`` (atomically, overwriting).
@@ -221,152 +395,14 @@ def write_report(output_dir: str | os.PathLike,
         raise FileNotFoundError(f"{out}: no manifest.json (is this a `tokenmill run` output?)")
     if manifest is None:
         manifest = load_manifest(out)
-    result = ReportResult(html=out / REPORT_NAME)
-    sections: list[tuple[str, str, str]] = []  # (title, png name or "", html caption)
-    names = [s.name for s in manifest.sources]
-    quarantine = _read_quarantine(out, manifest)
-    sidecars = _read_sidecars(out, manifest)
-    count_tokens = _token_counter(manifest)
-
-    # removed documents' token lengths, per source and stage
-    q_rows: list[dict[str, Any]] = []
-    if quarantine is not None and quarantine.num_rows:
-        cols = {c: quarantine.column(c).to_pylist() for c in quarantine.column_names}
-        texts = cols.get("text", [None] * quarantine.num_rows)
-        raws = cols.get("raw", [None] * quarantine.num_rows)
-        lengths = count_tokens([t or "" for t in texts])
-        for i in range(quarantine.num_rows):
-            n_tok = lengths[i] if texts[i] is not None else len(raws[i] or b"") // 4 + 1
-            q_rows.append({c: cols[c][i] for c in cols if c not in ("text", "raw")}
-                          | {"n_tokens": n_tok})
-
-    # 1. waterfall ---------------------------------------------------------------------
     stages, remaining = document_waterfall(manifest)
-    tok_removed: dict[str, Counter] = defaultdict(Counter)
-    for r in q_rows:
-        st = r.get("stage") or "other"
-        if st not in stages[1:-1]:  # e.g. rows quarantined while reading
-            st = "quarantine" if "quarantine" in stages else "other"
-        tok_removed[r.get("source")][st] += r["n_tokens"]
-    tok_series: dict[str, list[float]] = {}
-    for src in manifest.sources:
-        kept = sum(src.tokens.values())
-        removed = tok_removed[src.name]
-        # remaining after stage i = kept + tokens removed by the stages after it
-        tok_series[src.name] = [kept + sum(removed.get(s, 0) for s in stages[i + 1:-1])
-                                for i in range(len(stages) - 1)] + [kept]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    _bars(axes[0], stages, remaining, "documents", "documents remaining after each stage")
-    _bars(axes[1], stages, tok_series, "tokens (EOT included)",
-          "tokens remaining after each stage")
-    result.images.append(_save(fig, out / "waterfall.png"))
-    sections.append(("Documents and tokens per stage", "waterfall.png",
-                     "Remaining after each stage, per source. Tokens of removed documents "
-                     "are measured on their quarantined text."))
-
-    # 2. lengths -------------------------------------------------------------------------
-    after = [n for s in names for n in sidecars.get(s, {}).get("n_tokens", [])]
-    before = after + [r["n_tokens"] for r in q_rows]
-    if after or before:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        hi = max(before + after + [2])
-        bins = np.logspace(0, np.log10(hi) + 0.05, 40)
-        ax.hist(before, bins=bins, alpha=0.5, label=f"before ({len(before)} docs)")
-        ax.hist(after, bins=bins, alpha=0.7, label=f"after ({len(after)} docs)")
-        ax.set_xscale("log")
-        ax.set_xlabel("document length (tokens)")
-        ax.set_ylabel("documents")
-        ax.set_title("document length before and after curation")
-        ax.legend()
-        result.images.append(_save(fig, out / "lengths.png"))
-        sections.append(("Document lengths", "lengths.png",
-                         "Before = kept documents plus every quarantined document."))
-    else:
-        result.skipped["lengths.png"] = "no sidecar and no quarantine rows"
-
-    # 3. removal rates -------------------------------------------------------------------
-    rates: dict[str, float] = {}
-    for s_i, s in enumerate(stages[1:-1], start=1):
-        n_in = sum(remaining[n][s_i - 1] for n in names)
-        reasons: Counter = Counter()
-        for src in manifest.sources:
-            counters = src.stages.get(s, {})
-            if isinstance(counters, dict) and isinstance(counters.get("rejected"), dict):
-                reasons.update(counters["rejected"])
-            else:
-                reasons[s] += remaining[src.name][s_i - 1] - remaining[src.name][s_i]
-        for reason, v in reasons.items():
-            if v and n_in:
-                label = reason if reason.startswith(s) else f"{s}: {reason}"
-                rates[label] = rates.get(label, 0.0) + v / n_in
-    if rates:
-        items = sorted(rates.items(), key=lambda kv: kv[1])
-        fig, ax = plt.subplots(figsize=(8, 0.35 * len(items) + 1.5))
-        ax.barh([k for k, _ in items], [v * 100 for _, v in items])
-        ax.set_xlabel("% of the stage's input documents removed")
-        ax.set_title("removal rate per stage and reason")
-        result.images.append(_save(fig, out / "removal_rates.png"))
-        sections.append(("Removal rates", "removal_rates.png",
-                         "Share of the documents entering a stage that it removed."))
-    else:
-        result.skipped["removal_rates.png"] = "no stage removed any document"
-
-    # 4. duplicate clusters --------------------------------------------------------------
-    clusters: dict[str, Counter] = defaultdict(Counter)
-    for r in q_rows:
-        if r.get("duplicate_of"):
-            clusters[r.get("stage") or "dedup"][r["duplicate_of"]] += 1
-    if clusters:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        per_stage = {st: Counter(v + 1 for v in c.values()) for st, c in sorted(clusters.items())}
-        sizes = sorted(set().union(*per_stage.values()))
-        _bars(ax, [str(x) for x in sizes],
-              {f"{st} ({len(clusters[st])} clusters)": [c.get(x, 0) for x in sizes]
-               for st, c in per_stage.items()},
-              "clusters", "duplicate cluster sizes")
-        ax.set_yscale("log")
-        from matplotlib.ticker import FuncFormatter, NullFormatter
-
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("cluster size (kept document + removed duplicates)")
-        result.images.append(_save(fig, out / "duplicate_clusters.png"))
-        sections.append(("Duplicate clusters", "duplicate_clusters.png",
-                         "From the quarantine's duplicate_of column."))
-    else:
-        result.skipped["duplicate_clusters.png"] = "no quarantined duplicates"
-
-    # 5. languages -----------------------------------------------------------------------
-    langs: Counter = Counter()
-    for s in names:
-        langs.update(x for x in sidecars.get(s, {}).get("language", []) if x)
-    if langs:
-        top = langs.most_common(25)
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        ax.bar([k for k, _ in top], [v for _, v in top])
-        ax.set_ylabel("kept documents")
-        ax.set_title("language of kept documents")
-        plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
-        result.images.append(_save(fig, out / "languages.png"))
-        sections.append(("Languages", "languages.png", "From the sidecars' language column."))
-    else:
-        result.skipped["languages.png"] = "no language column in the shard sidecars"
-
-    # 6. mixture -------------------------------------------------------------------------
-    toks = [sum(s.tokens.values()) for s in manifest.sources]
-    if sum(toks) > 0:
-        fig, ax = plt.subplots(figsize=(6.5, 6.5))
-        labels = [f"{s.name}\n{t:,} tokens, weight {s.mixture_weight:g}"
-                  for s, t in zip(manifest.sources, toks, strict=True)]
-        ax.pie(toks, labels=labels, autopct="%1.1f%%", startangle=90)
-        ax.set_title("mixture (tokens per source)")
-        result.images.append(_save(fig, out / "mixture.png"))
-        sections.append(("Mixture", "mixture.png", "Tokens per source after curation."))
-    else:
-        result.skipped["mixture.png"] = "no tokens in the manifest"
-
-    atomic_write_text(result.html, _html(manifest, stages, remaining, sections, result))
-    return result
+    r = _Report(out=out, manifest=manifest, result=ReportResult(html=out / REPORT_NAME),
+                q_rows=_quarantine_rows(out, manifest),
+                sidecars=_read_sidecars(out, manifest), stages=stages, remaining=remaining)
+    for plot in _PLOTS:
+        plot(r, plt)
+    atomic_write_text(r.result.html, _html(manifest, stages, remaining, r.sections, r.result))
+    return r.result
 
 
 def _html(manifest: DatamixManifest, stages: list[str], remaining: dict[str, list[int]],

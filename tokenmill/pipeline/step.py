@@ -5,6 +5,11 @@ A stage is a small class holding its config, with one ``run`` over a stream of
 rejected by reason) and wall time. A document a stage removes is never silently
 dropped: the stage calls :meth:`PipelineStep.reject`, which counts it and hands it to
 the quarantine sink with the stage name and reason.
+
+The two cross-document stages (exact and fuzzy dedup) have the same small shape,
+:class:`GlobalStep`: a name, a version, a config and its fingerprint, plus per-block
+columns and a decision over all blocks. The stage list itself is
+:data:`tokenmill.pipeline.stages.STAGES`.
 """
 
 from __future__ import annotations
@@ -131,3 +136,63 @@ class DocumentFilter(PipelineStep):
                 yield doc
             else:
                 self.reject(doc, why)
+
+
+#: per block, removed key -> [kept key, stage name, detail or None]
+Removals = dict[str, list]
+
+
+class GlobalStep:
+    """The shape of a cross-document stage (exact and fuzzy dedup).
+
+    Three phases, so that the decision can later be partitioned (by hash) instead of
+    running on one process:
+
+    1. :meth:`block_columns` on the workers, per block: the per-document columns the
+       decision needs (a content hash, a MinHash signature), stored with the block;
+    2. :meth:`decide` over all blocks in the global document order: adds, per block,
+       ``{removed key: [kept key, stage, detail]}`` to ``removals`` (which holds the
+       earlier global stages' decisions) and returns a record for the manifest (or None);
+    3. the removal itself happens per block before tokenization, with quarantine rows
+       ``stage=name``, ``reason=f"{name}:duplicate"``, ``duplicate_of`` = kept key.
+
+    Subclasses set ``name``, ``version`` and ``columns`` (the names :meth:`block_columns`
+    returns); their constructor keyword arguments are their config.
+    """
+
+    name: ClassVar[str] = "global"
+    version: ClassVar[int] = 1
+    columns: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **config: Any) -> None:
+        self.config: dict[str, Any] = dict(config)
+
+    def block_columns(self, docs: list[Document]) -> dict[str, Any]:  # pragma: no cover
+        """Per-document columns (pyarrow arrays, one value per document of ``docs``)."""
+        raise NotImplementedError
+
+    def decide(self, blocks: BlockColumns, removals: list[Removals],
+               progress: bool = False) -> dict[str, Any] | None:  # pragma: no cover
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """sha256 of (name, version, config): the stage's part of a content address."""
+        blob = json.dumps([self.name, self.version, self.config], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class BlockColumns:
+    """Read access to the blocks' stored columns, for :meth:`GlobalStep.decide`.
+
+    ``read(i, columns)`` returns a ``pyarrow.Table`` of block ``i`` (columns ``key`` and
+    the asked ones, documents in order); ``len()`` is the number of blocks."""
+
+    def __init__(self, n_blocks: int, read: Callable[[int, list[str]], Any]) -> None:
+        self.n_blocks = n_blocks
+        self._read = read
+
+    def __len__(self) -> int:
+        return self.n_blocks
+
+    def read(self, index: int, columns: list[str]) -> Any:
+        return self._read(index, columns)

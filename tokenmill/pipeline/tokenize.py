@@ -7,8 +7,12 @@ separators (modded-nanogpt's FineWeb convention: EOT, then the document).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable, Iterator
+
 import numpy as np
 
+from tokenmill.pipeline.step import Document, PipelineStep
 from tokenmill.tokenizers import get_encoding
 
 
@@ -31,3 +35,41 @@ def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
     for s, t in zip(starts, encoded, strict=True):
         tokens[s + 1 : s + 1 + len(t)] = t
     return tokens, lengths
+
+
+def split_of(key: str, val_fraction: float) -> str:
+    """Deterministic train/val assignment from the sha256 of the document key."""
+    if val_fraction <= 0:
+        return "train"
+    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return "val" if h < val_fraction * 2**64 else "train"
+
+
+class Tokenize(PipelineStep):
+    """The tokenize stage: tiktoken ``encode_ordinary`` with an EOT before every document,
+    and the document's split (``split_of`` its key).
+
+    :meth:`encode` does a whole block at once (what the executor's tasks call);
+    :meth:`run` sets ``metadata["tokens"]`` (uint32 array) and ``metadata["split"]``.
+    """
+
+    name = "tokenize"
+    version = 2
+
+    def __init__(self, tokenizer: str = "gpt2", val_fraction: float = 0.01) -> None:
+        super().__init__(tokenizer=tokenizer, val_fraction=val_fraction)
+        self.tokenizer = tokenizer
+        self.val_fraction = val_fraction
+
+    def encode(self, keys: list[str], texts: list[str]
+               ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """(uint32 tokens of all documents, int64 tokens per document, split per document)."""
+        tokens, lengths = tokenize_batch(texts, self.tokenizer)
+        return tokens, lengths, [split_of(k, self.val_fraction) for k in keys]
+
+    def run(self, docs: Iterable[Document]) -> Iterator[Document]:
+        for doc in docs:
+            tokens, _, splits = self.encode([doc.key], [doc.text])
+            doc.metadata["tokens"] = tokens
+            doc.metadata["split"] = splits[0]
+            yield doc

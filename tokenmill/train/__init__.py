@@ -1,0 +1,18 @@
+"""The reference trainer (``tokenmill train``).
+
+* :mod:`tokenmill.train.config` — :class:`TrainConfig` (pydantic, one-line errors), the
+  learning-rate schedule;
+* :mod:`tokenmill.train.data` — :class:`MixLoader`, the one loader (document-aligned rows
+  from a training-mix or curation manifest);
+* :mod:`tokenmill.train.batches` — the trainer's view of it: loader per rank, budget check,
+  validation rows, document ids;
+* :mod:`tokenmill.train.side` — side inputs: prefix targets, legality mask rows, LEM feed;
+* :mod:`tokenmill.train.model` / :mod:`tokenmill.train.kernels` — the GPT and its Triton
+  kernels, each beside its torch reference;
+* :mod:`tokenmill.train.checkpoint` — exact-resume checkpoints, rotated;
+* :mod:`tokenmill.train.report` — ``metrics.json``, the summary table, the loss plot;
+* :mod:`tokenmill.train.train` — :func:`~tokenmill.train.train.setup` (a run object) and
+  :func:`~tokenmill.train.train.training_loop`, read top to bottom as nanoGPT's.
+
+Nothing is imported here, so ``tokenmill --help`` stays fast; import the modules.
+"""

@@ -6,24 +6,26 @@ import argparse
 
 
 def _train(args: argparse.Namespace) -> int:
-    from tokenmill.train.train import TrainConfig, train
+    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.train import train
 
     cfg = TrainConfig.load(
         args.config, steps=args.steps, out_dir=args.out, device=args.device,
-        stop_after=args.stop_after,
+        stop_after=args.stop_after, keep_checkpoints=args.keep_checkpoints,
+        verify=False if args.no_verify else None,
+        progress=False if args.no_progress else None,
     )
-    if args.no_progress:
-        cfg.progress = False
     train(cfg, resume=args.resume)
     return 0
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``tokenmill train``."""
     p = sub.add_parser(
         "train",
-        help="train the reference GPT on a datamix (torchrun for several GPUs)",
+        help="train the reference GPT on a mix or curation manifest (torchrun for several GPUs)",
         description="Train the reference GPT described by CONFIG (YAML or JSON, the fields of "
-        "tokenmill.train.train.TrainConfig). Under torchrun, each rank trains on its part of "
+        "tokenmill.train.config.TrainConfig). Under torchrun, each rank trains on its part of "
         "every step (DDP).",
     )
     p.add_argument("config", help="train config, YAML or JSON")
@@ -33,5 +35,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop after this step with a checkpoint (resume later with --resume)")
     p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint")
+    p.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
+                   help="keep the newest N checkpoints (0 = all; default: the config's, 3)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not check the shards' sha256 against the manifest (printed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)

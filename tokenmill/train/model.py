@@ -237,7 +237,8 @@ class GPT(nn.Module):
         aux_weight: float = 0.0,
         mask_bits: torch.Tensor | None = None,
         reduction: str = "mean",
-    ) -> torch.Tensor:
+        return_aux: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits or loss.
 
         Args:
@@ -253,9 +254,13 @@ class GPT(nn.Module):
             mask_bits: legality mask rows ``uint8 [V, ceil(V/8)]``; the previous token of each
                 position is ``idx`` itself (the target follows the input token).
             reduction: as in :func:`~.kernels.fused_cross_entropy`.
+            return_aux: also return the weighted auxiliary term of the loss, detached (the
+                loss minus the plain next-token loss on the same logits; 0 without
+                ``aux_targets``), for logging the LM and auxiliary parts separately.
 
         Returns:
-            float32 loss (scalar or ``[B*T]``), or logits.
+            float32 loss (scalar or ``[B*T]``), or logits; ``(loss, aux_part)`` with
+            ``return_aux``.
         """
         b, t = idx.shape
         if t > self.cfg.max_seq_len:
@@ -282,8 +287,17 @@ class GPT(nn.Module):
             kw.update(aux_targets=aux_targets.reshape(-1), aux_weight=float(aux_weight))
         if mask_bits is not None:
             kw.update(prev_ids=idx.reshape(-1), mask_bits=mask_bits)
-        return fused_cross_entropy(logits, targets.reshape(-1), reduction=reduction,
+        loss = fused_cross_entropy(logits, targets.reshape(-1), reduction=reduction,
                                    vocab_size=self.cfg.vocab_size, **kw)
+        if not return_aux:
+            return loss
+        if "aux_targets" not in kw:
+            return loss, torch.zeros_like(loss).detach()
+        with torch.no_grad():
+            del kw["aux_targets"], kw["aux_weight"]
+            lm = fused_cross_entropy(logits.detach(), targets.reshape(-1), reduction=reduction,
+                                     vocab_size=self.cfg.vocab_size, **kw)
+        return loss, (loss.detach() - lm)
 
     def configure_optimizer(
         self, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95)

@@ -1,25 +1,28 @@
 """The reference training loop: ``tokenmill train CONFIG``.
 
-One loop for a CPU smoke run and for ``torchrun`` data parallel on GPUs:
+One loop for a CPU smoke run and for ``torchrun`` data parallel on GPUs, in two parts as in
+nanoGPT's ``train.py``: :func:`setup` builds a :class:`Run` (device, data, model, optimizer,
+side inputs, restored state), and :func:`training_loop` reads top to bottom: learning rate,
+forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint.
 
-* data: the datamix loader (:mod:`tokenmill.train.data`) when the manifest is a training
-  datamix and the loader is installed, otherwise :class:`StreamLoader` (contiguous windows
-  over a curation manifest's train shards, deterministic and exactly resumable);
-* side inputs: the prefix auxiliary target (longest-token prefix of each target,
-  :mod:`tokenmill.tokenizers.prefix`), the LEM feature from the online longest-exact-match
-  predictor running in its own process (:class:`tokenmill.ngram.LEMStream`), and the
-  legality mask at evaluation (:mod:`tokenmill.tokenizers.legality`, or a ``.npy`` of packed
-  rows);
+* data: the one loader (:mod:`tokenmill.train.batches`): document-aligned rows, one pass
+  over a training-mix manifest or a curation manifest, no replacement, shards verified;
+* side inputs (:mod:`tokenmill.train.side`): the prefix auxiliary target, the LEM feature
+  from the online longest-exact-match predictor in its own process, and the legality mask at
+  evaluation;
 * AdamW with a cosine or trapezoid (warmup-stable-decay) schedule, gradient clipping, bf16
   autocast on GPU and fp32 on CPU;
-* periodic validation on a fixed slice of the val shards, with and without the legality mask
-  (and the count of masked targets, which must be 0 for a sound table);
-* checkpoints that resume exactly: model, optimizer, step, loader state, RNG states and the
-  loss history; a resumed run reproduces the uninterrupted losses bit for bit on CPU;
-* a tqdm bar with tokens/s and the predictor's lag, a ``metrics.json`` and a ``loss.png``.
+* periodic validation on fixed val rows, with and without the legality mask (and the count
+  of masked targets, which must be 0 for a sound table);
+* checkpoints that resume exactly (:mod:`tokenmill.train.checkpoint`), the newest
+  ``keep_checkpoints`` kept; a resumed run reproduces the uninterrupted losses bit for bit
+  on CPU, and ``--resume`` on a finished run says it is complete;
+* a tqdm bar with tokens/s and ``lem_lag`` (steps the LEM predictor is ahead of the
+  trainer; 0 means the trainer waits for it), a ``metrics.json``, a ``loss.png`` and a
+  summary table (:mod:`tokenmill.train.report`).
 
-The config is YAML or JSON with the fields of :class:`TrainConfig`; paths are relative to
-the config file. A CPU smoke run on the quickstart output::
+The config is YAML or JSON with the fields of :class:`~tokenmill.train.config.TrainConfig`;
+paths are relative to the config file. A CPU smoke run on the quickstart output::
 
     # train-tiny.yaml
     data: out/quickstart            # curation manifest folder, or a `tokenmill mix` manifest
@@ -38,424 +41,163 @@ the config file. A CPU smoke run on the quickstart output::
     torchrun --nproc-per-node 8 -m tokenmill.cli train gpt2.yaml   # data parallel
 
 ``batch_size`` is per rank and micro-step; a step is ``batch_size * grad_accum * world``
-sequences. The logged train loss includes the prefix auxiliary term when it is on;
-validation losses are plain next-token losses (nats/token).
+sequences. The logged train loss includes the prefix auxiliary term when it is on (the
+summary splits it into LM and auxiliary loss); validation losses are plain next-token
+losses (nats/token).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import math
 import os
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from tokenmill.atomic import atomic_write_bytes, atomic_write_text
-from tokenmill.manifests.schema import load_manifest
-from tokenmill.manifests.shards import read_tokens
+from tokenmill.atomic import atomic_write_text
+from tokenmill.tokenizers import TokenizerIdentity
+from tokenmill.train.batches import (
+    check_budget,
+    data_tokenizer,
+    doc_ids,
+    open_loader,
+    validation_set,
+)
+from tokenmill.train.checkpoint import (
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from tokenmill.train.config import TrainConfig, lr_at
+from tokenmill.train.data import MixLoader
 from tokenmill.train.kernels import fused_cross_entropy, masked_target_count
 from tokenmill.train.model import GPT, GPTConfig
+from tokenmill.train.report import RunResult, plot_losses, summary_table
+from tokenmill.train.side import LEMFeed, lem_for_validation, load_mask_bits, prefix_array
 
-# ----------------------------------------------------------------------------------------------
-# config
-# ----------------------------------------------------------------------------------------------
+__all__ = ["Run", "RunResult", "TrainConfig", "evaluate", "latest_checkpoint", "lr_at",
+           "setup", "train", "training_loop"]
 
-
-@dataclass
-class TrainConfig:
-    """Everything a run needs. Paths in a config file are relative to that file."""
-
-    data: str  # manifest.json (or its folder)
-    out_dir: str = "runs/train"
-    model: str = "tiny"  # GPTConfig preset
-    model_overrides: dict[str, Any] = field(default_factory=dict)
-    seq_len: int = 128
-    batch_size: int = 8  # sequences per rank per micro-step
-    grad_accum: int = 1
-    steps: int = 200
-    lr: float = 3e-3
-    min_lr_frac: float = 0.1
-    warmup_steps: int = 10
-    schedule: str = "cosine"  # cosine | trapezoid
-    cooldown_frac: float = 0.3  # trapezoid: fraction of steps in the final linear decay
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    seed: int = 0
-    val_every: int = 50
-    val_tokens: int = 16384
-    ckpt_every: int = 0  # 0 = only at the end
-    stop_after: int | None = None  # stop (with a checkpoint) after this step: a planned pause
-    prefix_aux_weight: float = 0.0  # > 0: prefix auxiliary loss with this weight
-    legality: str | None = None  # legality table (file or dir) or .npy packed rows
-    lem: bool = False
-    lem_k: int = 4
-    lem_ahead: int = 4  # LEMStream slots ahead of the trainer
-    lem_window: int | None = None  # predictor memory window (tokens); None = its default
-    # cap on the predictor's match length: lengths are bucketed up to 256 anyway, and the
-    # cap bounds its work per token inside long runs of a repeated token (O(run**2) without)
-    lem_max_len: int = 1024
-    loader: str = "auto"  # auto | datamix | stream
-    doc_mask: bool = False  # datamix loader: attention stays inside each document
-    device: str = "auto"  # auto | cpu | cuda
-    num_threads: int = 0  # CPU torch threads (0 = torch default)
-    peak_flops: float = 0.0  # per device, for MFU; 0 = guess from the device name
-    compile: bool = False
-    progress: bool = True
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
-        """Read YAML or JSON; ``data``/``out_dir``/``legality`` are resolved against the
-        config file's folder. Unknown keys raise ``ValueError`` naming them."""
-        p = Path(path)
-        text = p.read_text()
-        if p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            raw = yaml.safe_load(text) or {}
-        else:
-            raw = json.loads(text)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"{p}: unknown train config keys {unknown}")
-        for key in ("data", "out_dir", "legality"):
-            if raw.get(key) and not Path(raw[key]).is_absolute():
-                raw[key] = str((p.parent / raw[key]).resolve())
-        raw.update({k: v for k, v in overrides.items() if v is not None})  # CLI: cwd-relative
-        return cls(**raw)
-
-    def validate(self) -> None:
-        if self.schedule not in ("cosine", "trapezoid"):
-            raise ValueError(f"schedule must be cosine or trapezoid, got {self.schedule!r}")
-        if self.loader not in ("auto", "datamix", "stream"):
-            raise ValueError(f"loader must be auto, datamix or stream, got {self.loader!r}")
-        if self.steps <= 0 or self.batch_size <= 0 or self.seq_len <= 0:
-            raise ValueError("steps, batch_size and seq_len must be positive")
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate for optimizer step ``step`` (0-based): linear warmup, then cosine decay
-    to ``min_lr_frac * lr`` or a trapezoid (constant, then linear decay over the last
-    ``cooldown_frac`` of the steps, as in warmup-stable-decay schedules)."""
-    lo = cfg.lr * cfg.min_lr_frac
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "cosine":
-        span = max(1, cfg.steps - cfg.warmup_steps)
-        frac = min(1.0, (step - cfg.warmup_steps) / span)
-        return lo + 0.5 * (cfg.lr - lo) * (1 + math.cos(math.pi * frac))
-    cool = max(1, int(cfg.steps * cfg.cooldown_frac))
-    start = cfg.steps - cool
-    if step < start:
-        return cfg.lr
-    return cfg.lr - (cfg.lr - lo) * min(1.0, (step - start + 1) / cool)
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4090": 165e12}
 
 
 # ----------------------------------------------------------------------------------------------
-# data
+# the run: everything the loop needs
 # ----------------------------------------------------------------------------------------------
 
 
 @dataclass
-class Batch:
-    """One rank's micro-batch: ``inputs``/``targets`` ``int64 [B, T]``, optional document
-    index per position ``doc_ids int32 [B, T]`` (for document-masked attention)."""
+class Run:
+    """A run set up by :func:`setup`: what :func:`training_loop` reads and updates.
 
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    doc_ids: torch.Tensor | None = None
-
-
-def _shard_paths(manifest_path: str, split: str) -> tuple[list[Path], Any]:
-    m = load_manifest(manifest_path)
-    root = Path(manifest_path)
-    root = root if root.is_dir() else root.parent
-    paths = [root / s.path for s in m.shards(split)]
-    if not paths:
-        raise ValueError(f"{manifest_path}: no {split} shards in the manifest")
-    return paths, m
-
-
-class StreamLoader:
-    """Fixed-length windows at seeded random offsets in the concatenated shards of one split.
-
-    Global step ``s`` draws ``world * B`` window starts uniformly (with replacement) from
-    ``numpy.random.default_rng([seed, s])`` over the concatenated token stream; each window is
-    ``T + 1`` tokens (inputs and targets shifted by one) and rank ``r`` gets windows
-    ``r*B .. (r+1)*B``. Every source thus appears in proportion to its tokens, batches do not
-    depend on the world size's split, and the state is just ``{"step"}``: exactly resumable.
-    Windows may start mid-document (EOT tokens separate documents); the datamix loader gives
-    document-aligned sequences with the manifest's mixture weights.
+    ``model`` is the bare module (checkpoints, evaluation); ``net`` is what the loop calls
+    (``model`` compiled and/or wrapped in DDP). ``step`` is the number of optimizer steps
+    done; ``history`` / ``aux_history`` hold ``(step, loss)`` of the optimized loss and of
+    its weighted prefix auxiliary term; ``val_hist`` one dict per evaluation.
     """
 
-    def __init__(self, shards: list[Path], batch_size: int, seq_len: int,
-                 rank: int = 0, world: int = 1, seed: int = 0) -> None:
-        self.arrays = [read_tokens(p) for p in shards]
-        self.sizes = np.array([len(a) for a in self.arrays], dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
-        self.total = int(self.starts[-1])
-        self.b, self.t, self.rank, self.world, self.seed = batch_size, seq_len, rank, world, seed
-        if seq_len + 1 > self.total:
-            raise ValueError(f"a sequence needs {seq_len + 1} tokens but the shards hold "
-                             f"{self.total} ({shards[0]} ...)")
-        self.step = 0
-
-    def read(self, start: int, n: int) -> np.ndarray:
-        """Tokens ``[start, start + n)`` of the concatenated stream as int64."""
-        out = np.empty(n, dtype=np.int64)
-        i = int(np.searchsorted(self.starts, start, side="right") - 1)
-        done = 0
-        while done < n:
-            off = start + done - int(self.starts[i])
-            take = min(n - done, int(self.sizes[i]) - off)
-            out[done : done + take] = self.arrays[i][off : off + take]
-            done += take
-            i += 1
-        return out
-
-    def global_windows(self, step: int) -> np.ndarray:
-        """All ranks' windows of global step ``step``: ``int64 [world*B, T + 1]``."""
-        rng = np.random.default_rng([self.seed, step])
-        offs = rng.integers(0, self.total - self.t, size=self.world * self.b)
-        return np.stack([self.read(int(o), self.t + 1) for o in offs])
-
-    def next_batch(self) -> Batch:
-        w = torch.from_numpy(self.global_windows(self.step)[self.rank * self.b :
-                                                            (self.rank + 1) * self.b])
-        self.step += 1
-        return Batch(w[:, :-1].contiguous(), w[:, 1:].contiguous())
-
-    def state_dict(self) -> dict:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])
-
-
-def _manifest_file(path: str) -> Path:
-    p = Path(path)
-    return p / "manifest.json" if p.is_dir() else p
-
-
-def _is_training_mix(path: str) -> bool:
-    return json.loads(_manifest_file(path).read_text()).get("kind") == "training-mix"
-
-
-def data_tokenizer(path: str):
-    """The :class:`~tokenmill.tokenizers.TokenizerIdentity` of a curation or training-mix
-    manifest."""
-    if _is_training_mix(path):
-        from tokenmill.manifests.mix import load_mix_manifest
-
-        return load_mix_manifest(_manifest_file(path)).tokenizer
-    return load_manifest(path).tokenizer
-
-
-def make_train_loader(cfg: TrainConfig, rank: int, world: int):
-    """:class:`tokenmill.train.data.MixLoader` for a training datamix manifest
-    (``tokenmill mix build``), :class:`StreamLoader` for a curation manifest
-    (``loader: auto``); either can be forced with ``loader``. Returns an object with
-    ``next_batch() -> Batch``, ``state_dict()`` and ``load_state_dict()``."""
-    want = cfg.loader
-    if want == "auto":
-        want = "datamix" if _is_training_mix(cfg.data) else "stream"
-    if want == "datamix":
-        return _MixAdapter(cfg, rank, world)
-    paths, _ = _shard_paths(cfg.data, "train")
-    return StreamLoader(paths, cfg.batch_size, cfg.seq_len, rank, world, cfg.seed)
-
-
-def _doc_ids(cu_seqlens: np.ndarray, b: int, t: int) -> torch.Tensor:
-    """Segment index per position ``int32 [b, t]`` from cumulative segment lengths."""
-    seg = np.zeros(b * t, dtype=np.int32)
-    starts = np.asarray(cu_seqlens[1:-1], dtype=np.int64)
-    seg[starts] = 1
-    return torch.from_numpy(np.cumsum(seg, dtype=np.int32).reshape(b, t))
-
-
-class _MixAdapter:
-    """:class:`tokenmill.train.data.MixLoader` as a ``next_batch() -> Batch`` source; a
-    global batch is ``batch_size * world`` rows, this rank gets its ``batch_size``."""
-
-    def __init__(self, cfg: TrainConfig, rank: int, world: int) -> None:
-        try:
-            from tokenmill.train.data import MixLoader
-        except ModuleNotFoundError as e:
-            raise RuntimeError("loader=datamix needs tokenmill.train.data (MixLoader)") from e
-        self.loader = MixLoader(cfg.data if not Path(cfg.data).is_dir()
-                                else _manifest_file(cfg.data),
-                                seq_len=cfg.seq_len, batch_size=cfg.batch_size * world,
-                                world_size=world, rank=rank)
-        need = cfg.steps * cfg.grad_accum
-        if need > self.loader.num_steps:
-            raise ValueError(
-                f"{cfg.data}: the datamix budget gives {self.loader.num_steps} steps of "
-                f"{cfg.batch_size * world} x {cfg.seq_len} tokens; the config asks {need}"
-            )
-        self.doc_mask = cfg.doc_mask
-        self.b, self.t = cfg.batch_size, cfg.seq_len
-
-    def next_batch(self) -> Batch:
-        d = self.loader.next_batch()
-        x = torch.as_tensor(d["inputs"], dtype=torch.long)
-        y = torch.as_tensor(d["targets"], dtype=torch.long)
-        doc = _doc_ids(np.asarray(d["cu_seqlens"]), self.b, self.t) if self.doc_mask else None
-        return Batch(x, y, doc)
-
-    def state_dict(self) -> dict:
-        return self.loader.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.loader.load_state_dict(state)
-
-
-def validation_set(cfg: TrainConfig) -> torch.Tensor:
-    """The fixed validation sequences ``int64 [Nv, seq_len + 1]``, ``Nv = val_tokens //
-    seq_len`` (at least one). Curation manifest: windows evenly spaced over the val shards in
-    manifest order, so every val source is represented in proportion to its tokens. Training
-    datamix: the first ``Nv`` document-aligned rows of ``MixLoader(split="val")``."""
-    n = max(1, cfg.val_tokens // cfg.seq_len)
-    if _is_training_mix(cfg.data):
-        from tokenmill.train.data import MixLoader
-
-        vl = MixLoader(_manifest_file(cfg.data), seq_len=cfg.seq_len, batch_size=1,
-                       split="val")
-        rows = []
-        for d in vl:
-            rows.append(np.concatenate([d["inputs"][0], d["targets"][0, -1:]]))
-            if len(rows) == n:
-                break
-        if not rows:
-            raise ValueError(f"{cfg.data}: the val split has no row of {cfg.seq_len + 1} tokens")
-        return torch.from_numpy(np.stack(rows).astype(np.int64))
-    paths, _ = _shard_paths(cfg.data, "val")
-    s = StreamLoader(paths, 1, cfg.seq_len)
-    n = min(n, max(1, (s.total - 1) // cfg.seq_len))
-    offs = np.linspace(0, s.total - cfg.seq_len - 1, n).astype(np.int64)
-    return torch.from_numpy(np.stack([s.read(int(o), cfg.seq_len + 1) for o in offs]))
-
-
-# ----------------------------------------------------------------------------------------------
-# side inputs
-# ----------------------------------------------------------------------------------------------
-
-
-def prefix_array(encoding_name: str) -> np.ndarray:
-    """``int32 [n_vocab]``: the longest proper token prefix of each token, -1 if none
-    (:class:`tokenmill.tokenizers.prefix.PrefixMap`), used as the auxiliary target."""
-    from tokenmill.tokenizers.prefix import PrefixMap
-
-    return np.asarray(PrefixMap.build(encoding_name).parent, dtype=np.int32)
-
-
-def load_mask_bits(path: str, n_vocab: int, encoding_name: str | None = None) -> torch.Tensor:
-    """Packed legality rows ``uint8 [n_vocab, ceil(n_vocab/8)]`` (LSB-first, 1 = possible)
-    from a ``.npy`` file or a :class:`tokenmill.tokenizers.legality.LegalityTable` file or
-    folder (checked against ``encoding_name``: another tokenizer's table raises).
-
-    Raises:
-        ValueError: the rows do not cover the vocabulary.
-    """
-    p = Path(path)
-    if p.suffix == ".npy":
-        bits = np.load(p, mmap_mode="r")
-    else:
-        from tokenmill.tokenizers.legality import LegalityTable
-
-        bits = LegalityTable.load(p, encoding=encoding_name).packed
-    bits = np.array(bits, dtype=np.uint8, order="C")  # a writable in-memory copy
-    need = (n_vocab + 7) // 8
-    if bits.ndim != 2 or bits.shape[0] < n_vocab or bits.shape[1] < need:
-        raise ValueError(
-            f"{p}: legality rows have shape {bits.shape}, need at least ({n_vocab}, {need})"
-        )
-    return torch.from_numpy(bits)
-
-
-class LEMFeed:
-    """Trainer side of the LEM side input: :class:`tokenmill.ngram.stream.LEMStream` runs the
-    online predictor (per-step causality: matches only from earlier steps, modded-nanogpt
-    PR #367) in its own process over this rank's batches in loader order, up to ``lem_ahead``
-    steps ahead.
-
-    Each rank's predictor sees that rank's own stream. On resume the producer replays the
-    stream from step 0 (the predictor's history must be the same), and the trainer discards
-    the replayed steps, so resumed runs see the same features as uninterrupted ones.
-
-    ``get(step)`` returns ``(match_len int32 [B, T], candidates int32 [B, T, K])`` (copies) and
-    accumulates ``wait_s``, the time the trainer blocked on the predictor.
-    """
-
-    def __init__(self, cfg: TrainConfig, rank: int, world: int, eot: int) -> None:
-        from tokenmill.ngram.stream import LEMStream
-
-        def batches():
-            loader = make_train_loader(cfg, rank, world)
-            while True:
-                yield loader.next_batch().inputs.numpy()
-
-        kw = {"max_len": cfg.lem_max_len}
-        if cfg.lem_window is not None:
-            kw["window"] = cfg.lem_window
-        self.stream = LEMStream(batches(), (cfg.batch_size, cfg.seq_len), eot=eot,
-                                k=cfg.lem_k, n_steps=cfg.steps, ahead=cfg.lem_ahead,
-                                mode="step", **kw)
-        self.wait_s = 0.0
-
-    def skip_to(self, step: int) -> None:
-        """Consume (and drop) steps ``0 .. step - 1`` after a resume."""
-        for s in range(step):
-            self.stream.get(s)
-
-    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        t0 = time.perf_counter()
-        ml, cand = self.stream.get(step)
-        out = torch.from_numpy(ml.copy()), torch.from_numpy(cand.copy())
-        self.wait_s += time.perf_counter() - t0
-        return out
+    cfg: TrainConfig
+    device: torch.device
+    rank: int
+    world: int
+    ident: TokenizerIdentity
+    loader: MixLoader
+    val: torch.Tensor
+    model: GPT
+    net: torch.nn.Module
+    opt: torch.optim.Optimizer
+    autocast: Callable[[], AbstractContextManager]
+    mask_bits: torch.Tensor | None = None
+    prefix: torch.Tensor | None = None
+    lem_feed: LEMFeed | None = None
+    val_lem: tuple[np.ndarray, np.ndarray] | None = None
+    step: int = 0
+    history: list[tuple[int, float]] = field(default_factory=list)
+    aux_history: list[tuple[int, float]] = field(default_factory=list)
+    val_hist: list[dict[str, float]] = field(default_factory=list)
 
     @property
-    def lag(self) -> int:
-        """Steps the producer is ahead of the trainer."""
-        return int(self.stream.counters["lag"])
+    def out(self) -> Path:
+        return Path(self.cfg.out_dir)
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def ddp(self) -> bool:
+        return self.world > 1
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.batch_size * self.cfg.seq_len * self.cfg.grad_accum * self.world
+
+    def next_inputs(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """This rank's next micro-batch on the device: inputs, targets ``int64 [B, T]`` and
+        the model's side-input keywords (document ids, prefix targets, LEM features)."""
+        d = self.loader.next_batch()
+        x = d["inputs"].to(self.device, non_blocking=True)
+        y = d["targets"].to(self.device, non_blocking=True)
+        kw: dict[str, Any] = {}
+        if self.cfg.doc_mask:
+            kw["doc_ids"] = doc_ids(d["cu_seqlens"], *x.shape).to(self.device)
+        if self.prefix is not None:
+            kw.update(aux_targets=self.prefix[y], aux_weight=self.cfg.prefix_aux_weight)
+        if self.lem_feed is not None:
+            ml, cand = self.lem_feed.get(self.step)
+            kw.update(lem_len=ml.to(self.device), lem_cand=cand.to(self.device))
+        return x, y, kw
+
+    def no_sync(self, micro: int) -> AbstractContextManager:
+        """DDP: skip the gradient all-reduce on every micro-step but the last."""
+        last = micro == self.cfg.grad_accum - 1
+        return nullcontext() if (not self.ddp or last) else self.net.no_sync()
+
+    def mean_over_ranks(self, *values: float) -> tuple[float, ...]:
+        """All-reduced means of per-rank scalars (the values themselves without DDP)."""
+        if not self.ddp:
+            return values
+        t = torch.tensor(values, device=self.device, dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        return tuple(float(v) / self.world for v in t)
+
+    def evaluate(self) -> dict[str, float]:
+        """Validation losses now (see :func:`evaluate`)."""
+        return evaluate(self.model, self.val, self.device, self.cfg.batch_size,
+                        self.autocast, self.mask_bits, self.val_lem)
+
+    def save(self) -> Path:
+        """Write the checkpoint of the current step (rank 0), keeping the newest
+        ``keep_checkpoints``."""
+        path = checkpoint_path(self.out, self.step)
+        if self.master:
+            state = {
+                "step": self.step, "model": self.model.state_dict(),
+                "optimizer": self.opt.state_dict(), "loader": self.loader.state_dict(),
+                "rng_cpu": torch.get_rng_state(), "rng_numpy": np.random.get_state(),
+                "history": self.history, "aux_history": self.aux_history,
+                "val": self.val_hist, "config": self.cfg.to_dict(),
+                "model_config": self.model.cfg.to_dict(),
+            }
+            save_checkpoint(self.out, self.step, state, keep=self.cfg.keep_checkpoints)
+        return path
 
     def close(self) -> None:
-        self.stream.close()
-
-
-def lem_for_validation(cfg: TrainConfig, val: torch.Tensor, eot: int,
-                       prime_tokens: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
-    """LEM side input for the fixed validation sequences: an
-    :class:`~tokenmill.ngram.lem.OnlineLEM` (per-position causality) primed with the first
-    ``prime_tokens`` tokens of the training stream (the first steps' batches of a fresh
-    loader), then run over the validation inputs row by row. The same features at every
-    evaluation, so validation losses are comparable across steps. Returns
-    ``(match_len int32 [Nv, T], candidates int32 [Nv, T, K])``."""
-    from tokenmill.ngram.lem import OnlineLEM
-
-    kw = {"max_len": cfg.lem_max_len}
-    if cfg.lem_window is not None:
-        kw["window"] = cfg.lem_window
-    lem = OnlineLEM(eot=eot, k=cfg.lem_k, mode="position", **kw)
-    loader = make_train_loader(cfg, 0, 1)
-    per = cfg.batch_size * cfg.seq_len
-    for _ in range(max(1, min(prime_tokens // per, cfg.steps))):
-        lem.step(loader.next_batch().inputs.numpy())
-    ml, cand = lem.step(val[:, :-1].numpy())
-    return ml.copy(), cand.copy()
+        """Stop the LEM predictor process, if any."""
+        if self.lem_feed is not None:
+            self.lem_feed.close()
 
 
 # ----------------------------------------------------------------------------------------------
-# distributed
+# setup
 # ----------------------------------------------------------------------------------------------
 
 
@@ -464,46 +206,159 @@ def _dist_env() -> tuple[int, int, int]:
             int(os.environ.get("LOCAL_RANK", 0)))
 
 
-def _peak_flops(device: torch.device, cfg: TrainConfig) -> float:
+def device_type(cfg: TrainConfig) -> str:
+    """``cuda`` or ``cpu``: ``cfg.device``, with ``auto`` meaning CUDA when available.
+
+    Raises:
+        RuntimeError: ``device: cuda`` on a machine without CUDA (one line).
+    """
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device cuda: CUDA is not available to torch {torch.__version__} "
+                           "on this machine; use --device cpu")
+    return cfg.device
+
+
+def init_device(cfg: TrainConfig) -> tuple[torch.device, int, int]:
+    """The device of this process, its rank and the world size (``torchrun``'s ``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK``); joins the process group when there are several ranks.
+
+    Raises:
+        RuntimeError: ``device: cuda`` on a machine without CUDA (one line).
+    """
+    rank, world, local_rank = _dist_env()
+    dev_type = device_type(cfg)
+    device = torch.device(dev_type, local_rank) if dev_type == "cuda" else torch.device("cpu")
+    if dev_type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    elif cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if dev_type == "cuda" else "gloo")
+    return device, rank, world
+
+
+def device_name(device: torch.device, world: int) -> str:
+    """``cpu`` or ``cuda:0 (NVIDIA H200)``, with the number of ranks under DDP."""
+    name = str(device)
+    if device.type == "cuda":
+        name += f" ({torch.cuda.get_device_name(device)})"
+    return name + (f", {world} ranks (DDP)" if world > 1 else "")
+
+
+def peak_flops(device: torch.device, cfg: TrainConfig) -> float:
+    """Peak bf16 dense FLOP/s of one device, for MFU: ``cfg.peak_flops``, else a guess from
+    the CUDA device's name (:data:`PEAK_FLOPS`), else 0 (MFU not reported)."""
     if cfg.peak_flops > 0:
         return cfg.peak_flops
     if device.type != "cuda":
         return 0.0
     name = torch.cuda.get_device_name(device)
-    table = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4090": 165e12}
-    return next((v for k, v in table.items() if k in name), 0.0)
+    return next((v for k, v in PEAK_FLOPS.items() if k in name), 0.0)
+
+
+def _restore(run: Run) -> None:
+    """Load the newest checkpoint into ``run`` (model, optimizer, loader, RNGs, history)."""
+    ck = latest_checkpoint(run.out)
+    if ck is None:
+        raise ValueError(f"--resume: no checkpoint under {run.out / 'checkpoints'}")
+    state = load_checkpoint(ck, run.device)
+    run.model.load_state_dict(state["model"])
+    run.opt.load_state_dict(state["optimizer"])
+    run.loader.load_state_dict(state["loader"])
+    torch.set_rng_state(state["rng_cpu"].cpu())
+    np.random.set_state(state["rng_numpy"])
+    run.step = int(state["step"])
+    run.history = [tuple(h) for h in state["history"]]
+    run.aux_history = [tuple(h) for h in state.get("aux_history", [])]
+    run.val_hist = list(state["val"])
+
+
+def _wrap(model: GPT, cfg: TrainConfig, device: torch.device, world: int) -> torch.nn.Module:
+    net: torch.nn.Module = torch.compile(model) if cfg.compile else model
+    if world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=ids)
+    return net
+
+
+def _build(cfg: TrainConfig, ident: TokenizerIdentity, resume: bool) -> Run:
+    """Device and process group, data, side inputs, model and optimizer, restored state."""
+    device, rank, world = init_device(cfg)
+    if rank == 0 and not cfg.verify:
+        print("shard verification is off (verify: false / --no-verify)")
+    loader = open_loader(cfg, "train", rank, world)
+    check_budget(loader, cfg, world)
+    val = validation_set(cfg)
+    torch.manual_seed(cfg.seed)  # the same initial model on every rank
+    mcfg = GPTConfig.preset(cfg.model, vocab_size=ident.n_vocab, max_seq_len=cfg.seq_len,
+                            lem=cfg.lem, lem_k=cfg.lem_k, **cfg.model_overrides)
+    model = GPT(mcfg).to(device)
+    opt = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
+    autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
+                else nullcontext)
+    run = Run(cfg, device, rank, world, ident, loader, val, model, model, opt, autocast)
+    if cfg.legality:
+        run.mask_bits = load_mask_bits(cfg.legality, ident.n_vocab, ident.name).to(device)
+    if cfg.prefix_aux_weight > 0:
+        run.prefix = torch.from_numpy(prefix_array(ident.name)).long().to(device)
+    if resume:
+        _restore(run)
+    run.net = _wrap(model, cfg, device, world)
+    return run
+
+
+def setup(cfg: TrainConfig, resume: bool = False) -> Run:
+    """Build a :class:`Run`: the LEM predictor's process (forked first, before CUDA is
+    initialised), device and process group, the train loader (budget checked) and
+    validation rows, side inputs, model and optimizer (same seed on every rank), and with
+    ``resume`` the state of the newest checkpoint (the predictor replays up to its step).
+
+    Raises:
+        ValueError: bad data (names the file), a budget too small for ``steps``, or
+            ``resume`` without a checkpoint.
+        RuntimeError: ``device: cuda`` without CUDA.
+    """
+    device_type(cfg)  # before any work
+    rank, world, _ = _dist_env()
+    ident = data_tokenizer(cfg.data)
+    feed = LEMFeed(cfg, rank, world, ident.eot_token) if cfg.lem else None
+    try:
+        run = _build(cfg, ident, resume)
+        if feed is not None:
+            run.lem_feed = feed
+            feed.skip_to(run.step)
+            run.val_lem = lem_for_validation(cfg, run.val, ident.eot_token)
+    except BaseException:
+        if feed is not None:
+            feed.close()
+        raise
+    if run.master:
+        (run.out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run.out / "config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")
+    return run
+
+
+def finished_run(cfg: TrainConfig) -> RunResult | None:
+    """The result of a run in ``cfg.out_dir`` that already reached ``cfg.steps`` (its newest
+    checkpoint's step), from its ``metrics.json``; ``None`` if there is more to do."""
+    ck = latest_checkpoint(cfg.out_dir)
+    if ck is None or int(ck.stem.removeprefix("step_")) < cfg.steps:
+        return None
+    metrics = Path(cfg.out_dir) / "metrics.json"
+    if metrics.is_file():
+        r = RunResult.from_json(metrics.read_text())
+        if r.steps_done >= cfg.steps and not r.stopped_early:
+            return r
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
-# the loop
+# evaluation and the loop
 # ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunResult:
-    """What a run returns (also written to ``out_dir/metrics.json``)."""
-
-    out_dir: str
-    steps_done: int
-    train_loss: list[tuple[int, float]]
-    val: list[dict[str, float]]
-    tokens_per_s: float
-    lem_wait_frac: float
-    wall_s: float
-    mfu: float = float("nan")
-    stopped_early: bool = False
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
-
-
-def _checkpoint_path(out: Path, step: int) -> Path:
-    return out / "checkpoints" / f"step_{step:07d}.pt"
-
-
-def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    ck = sorted((Path(out_dir) / "checkpoints").glob("step_*.pt"))
-    return ck[-1] if ck else None
 
 
 @torch.no_grad()
@@ -512,12 +367,14 @@ def evaluate(
     val: torch.Tensor,
     device: torch.device,
     batch_size: int,
-    autocast,
+    autocast: Callable[[], AbstractContextManager],
     mask_bits: torch.Tensor | None = None,
     lem: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """Mean validation loss (nats/token) without and with the legality mask, and the number
-    of val targets the mask marks impossible (``masked_targets``, 0 for a sound table)."""
+    """Mean validation loss (nats/token) of ``val`` (``int64 [Nv, T + 1]`` rows) and, with
+    ``mask_bits``, the loss renormalised over the tokens the legality table allows after
+    each previous token (``val_loss_masked``) and the number of val targets the table marks
+    impossible (``masked_targets``, 0 for a sound table)."""
     was = model.training
     model.eval()
     tot, tot_m, n, bad = 0.0, 0.0, 0, 0
@@ -544,246 +401,153 @@ def evaluate(
     return out
 
 
-def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
-    """Run (or resume) training; see the module docstring. Returns a :class:`RunResult`.
+@dataclass
+class StepTimer:
+    """Step wall times: all of them (for the LEM wait share) and all but the first step of
+    this process (which includes warm-up and compilation), for tokens/s."""
 
-    Raises:
-        ValueError: bad config or data (message names the file/key).
-        RuntimeError: an optional component (datamix loader, LEMStream, legality table) is
-            asked for but not installed.
-    """
-    cfg.validate()
-    rank, world, local_rank = _dist_env()
-    ddp = world > 1
-    if cfg.device == "auto":
-        dev_type = "cuda" if torch.cuda.is_available() else "cpu"
-    else:
-        dev_type = cfg.device
-    device = torch.device(dev_type, local_rank) if dev_type == "cuda" else torch.device("cpu")
-    if dev_type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    if ddp and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if dev_type == "cuda" else "gloo")
-    if cfg.num_threads and dev_type == "cpu":
-        torch.set_num_threads(cfg.num_threads)
-    master = rank == 0
-    out = Path(cfg.out_dir)
-    if master:
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "config.json", json.dumps(asdict(cfg), indent=2) + "\n")
+    first_step: int
+    t_all: float = 0.0
+    t_timed: float = 0.0
+    n_timed: int = 0
+    t_start: float = field(default_factory=time.perf_counter)
 
-    # data and tokenizer
-    ident = data_tokenizer(cfg.data)
-    train_loader = make_train_loader(cfg, rank, world)
-    val = validation_set(cfg)
-    mask_bits = (load_mask_bits(cfg.legality, ident.n_vocab, ident.name).to(device)
-                 if cfg.legality else None)
-    prefix = (torch.from_numpy(prefix_array(ident.name)).long().to(device)
-              if cfg.prefix_aux_weight > 0 else None)
+    def add(self, step: int, dt: float) -> None:
+        self.t_all += dt
+        if step > self.first_step + 1:
+            self.t_timed += dt
+            self.n_timed += 1
 
-    # model and optimizer (same init on every rank: same seed)
-    torch.manual_seed(cfg.seed)
-    mcfg = GPTConfig.preset(cfg.model, vocab_size=ident.n_vocab, max_seq_len=cfg.seq_len,
-                            lem=cfg.lem, lem_k=cfg.lem_k, **cfg.model_overrides)
-    model = GPT(mcfg).to(device)
-    opt = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
-    start_step = 0
-    history: list[tuple[int, float]] = []
-    val_hist: list[dict[str, float]] = []
-    if resume:
-        ck = latest_checkpoint(out)
-        if ck is None:
-            raise ValueError(f"--resume: no checkpoint under {out / 'checkpoints'}")
-        state = torch.load(ck, map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        train_loader.load_state_dict(state["loader"][rank] if world > 1 else state["loader"][0])
-        torch.set_rng_state(state["rng_cpu"])
-        np.random.set_state(state["rng_numpy"])
-        start_step = int(state["step"])
-        history = [tuple(h) for h in state["history"]]
-        val_hist = list(state["val"])
-    run_model = model
-    if cfg.compile:
-        run_model = torch.compile(model)
-    if ddp:
-        run_model = torch.nn.parallel.DistributedDataParallel(
-            run_model, device_ids=[local_rank] if dev_type == "cuda" else None)
-    autocast = (
-        (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if dev_type == "cuda"
-        else nullcontext
-    )
+    def tokens_per_s(self, tokens_per_step: int) -> float:
+        return tokens_per_step * self.n_timed / self.t_timed if self.t_timed > 0 else float("nan")
 
-    lem_feed = None
-    val_lem = None
-    if cfg.lem:
-        if cfg.grad_accum != 1:
-            raise ValueError("lem=true supports grad_accum=1 only")
-        lem_feed = LEMFeed(cfg, rank, world, ident.eot_token)
-        lem_feed.skip_to(start_step)
-        val_lem = lem_for_validation(cfg, val, ident.eot_token)
 
-    def _eval() -> dict[str, float]:
-        return evaluate(model, val, device, cfg.batch_size, autocast, mask_bits, val_lem)
+def _progress(run: Run) -> tqdm | None:
+    if not (run.master and run.cfg.progress):
+        return None
+    return tqdm(total=run.cfg.steps, initial=run.step, desc="train", unit="step")
 
-    def _save(step: int) -> None:
-        loaders = [train_loader.state_dict()]
-        if ddp:
-            gathered: list[Any] = [None] * world
-            torch.distributed.all_gather_object(gathered, train_loader.state_dict())
-            loaders = gathered
-        if not master:
-            return
-        state = {
-            "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "loader": loaders, "rng_cpu": torch.get_rng_state(),
-            "rng_numpy": np.random.get_state(), "history": history, "val": val_hist,
-            "config": asdict(cfg), "model_config": mcfg.to_dict(),
-        }
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        atomic_write_bytes(_checkpoint_path(out, step), buf.getvalue())
 
-    tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * world
-    flops_tok = model.flops_per_token(cfg.seq_len)
-    peak = _peak_flops(device, cfg)
-    bar = None
-    if master and cfg.progress:
-        from tqdm import tqdm
+def _log_step(bar: tqdm | None, run: Run, lr: float, loss: float, dt: float) -> None:
+    if bar is None:
+        return
+    post = {"loss": f"{loss:.3f}", "lr": f"{lr:.2e}",
+            "tok/s": f"{run.tokens_per_step / max(dt, 1e-9):,.0f}"}
+    if run.lem_feed is not None:
+        post["lem_lag"] = run.lem_feed.lag  # steps the LEM predictor is ahead (0 = waiting)
+    bar.set_postfix(post)
+    bar.update(1)
 
-        bar = tqdm(total=cfg.steps, initial=start_step, desc="train", unit="step")
-    if start_step == 0 and cfg.val_every > 0:
-        val_hist.append({"step": 0, **_eval()})
-    t_start = time.perf_counter()
-    t_steps = 0.0
-    t_all = 0.0  # every step's time (for the LEM wait share)
-    n_timed = 0
-    step = start_step
+
+def _log_val(bar: tqdm | None, run: Run) -> None:
+    if bar is not None:
+        bar.write(f"step {run.step}: " + ", ".join(
+            f"{k}={v:.4f}" for k, v in run.val_hist[-1].items() if k != "step"))
+
+
+def training_loop(run: Run) -> RunResult:
+    """Train ``run`` from ``run.step`` to ``cfg.steps`` (or ``stop_after``), evaluating every
+    ``val_every`` steps and at the end, checkpointing every ``ckpt_every`` steps and at the
+    end; returns the :class:`RunResult` (also written to ``metrics.json``)."""
+    cfg = run.cfg
+    bar = _progress(run)
+    timer = StepTimer(first_step=run.step)
+    if run.step == 0 and cfg.val_every > 0:
+        run.val_hist.append({"step": 0, **run.evaluate()})
     stopped = False
     try:
-        while step < cfg.steps:
+        while run.step < cfg.steps:
             t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for g in opt.param_groups:
+            lr = lr_at(run.step, cfg)
+            for g in run.opt.param_groups:
                 g["lr"] = lr
-            loss_acc = 0.0
+            loss_sum, aux_sum = 0.0, 0.0
             for micro in range(cfg.grad_accum):
-                batch = train_loader.next_batch()
-                x = batch.inputs.to(device, non_blocking=True)
-                y = batch.targets.to(device, non_blocking=True)
-                kw: dict[str, Any] = {}
-                if batch.doc_ids is not None:
-                    kw["doc_ids"] = batch.doc_ids.to(device)
-                if prefix is not None:
-                    kw.update(aux_targets=prefix[y], aux_weight=cfg.prefix_aux_weight)
-                if lem_feed is not None:
-                    ml, cand = lem_feed.get(step)
-                    kw.update(lem_len=ml.to(device), lem_cand=cand.to(device))
-                sync = (not ddp or micro == cfg.grad_accum - 1)
-                ctx = nullcontext() if sync else run_model.no_sync()
-                with ctx:
-                    with autocast():
-                        loss = run_model(x, y, **kw) / cfg.grad_accum
+                x, y, kw = run.next_inputs()
+                with run.no_sync(micro):
+                    with run.autocast():
+                        loss, aux = run.net(x, y, return_aux=True, **kw)
+                        loss, aux = loss / cfg.grad_accum, aux / cfg.grad_accum
                     loss.backward()
-                loss_acc += float(loss.detach())
+                loss_sum += float(loss.detach())
+                aux_sum += float(aux)
             if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            if ddp:
-                t = torch.tensor([loss_acc], device=device)
-                torch.distributed.all_reduce(t)
-                loss_acc = float(t) / world
-            history.append((step, loss_acc))
+                torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+            run.opt.step()
+            run.opt.zero_grad(set_to_none=True)
+            run.step += 1
+
+            loss_sum, aux_sum = run.mean_over_ranks(loss_sum, aux_sum)
+            run.history.append((run.step, loss_sum))
+            if run.prefix is not None:
+                run.aux_history.append((run.step, aux_sum))
             dt = time.perf_counter() - t0
-            t_all += dt
-            if step > start_step + 1:  # the first step includes warm-up costs
-                t_steps += dt
-                n_timed += 1
-            if bar is not None:
-                post = {"loss": f"{loss_acc:.3f}", "lr": f"{lr:.2e}",
-                        "tok/s": f"{tokens_per_step / max(dt, 1e-9):,.0f}"}
-                if lem_feed is not None:
-                    post["lem_lag"] = lem_feed.lag
-                bar.set_postfix(post)
-                bar.update(1)
-            if cfg.val_every > 0 and (step % cfg.val_every == 0 or step == cfg.steps):
-                val_hist.append({"step": step, **_eval()})
-                if bar is not None:
-                    bar.write(f"step {step}: " + ", ".join(
-                        f"{k}={v:.4f}" for k, v in val_hist[-1].items() if k != "step"))
-            if cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0 and step < cfg.steps:
-                _save(step)
-            if cfg.stop_after is not None and step >= cfg.stop_after and step < cfg.steps:
-                _save(step)
+            timer.add(run.step, dt)
+            _log_step(bar, run, lr, loss_sum, dt)
+
+            if cfg.val_every > 0 and (run.step % cfg.val_every == 0 or run.step == cfg.steps):
+                run.val_hist.append({"step": run.step, **run.evaluate()})
+                _log_val(bar, run)
+            if cfg.ckpt_every > 0 and run.step % cfg.ckpt_every == 0 and run.step < cfg.steps:
+                run.save()
+            if cfg.stop_after is not None and cfg.stop_after <= run.step < cfg.steps:
                 stopped = True
                 break
-        if not stopped:
-            _save(step)
+        checkpoint = run.save()
     finally:
         if bar is not None:
             bar.close()
-        if lem_feed is not None:
-            lem_feed.close()
-    wall = time.perf_counter() - t_start
-    tps = tokens_per_step * n_timed / t_steps if t_steps > 0 else float("nan")
-    mfu = flops_tok * tps / (peak * world) if peak > 0 else float("nan")
-    lem_frac = (lem_feed.wait_s / t_all) if (lem_feed is not None and t_all > 0) else 0.0
-    result = RunResult(str(out), step, history, val_hist, tps, lem_frac, wall, mfu, stopped)
-    if master:
-        atomic_write_text(out / "metrics.json", result.to_json())
+    return finish(run, timer, checkpoint, stopped)
+
+
+def finish(run: Run, timer: StepTimer, checkpoint: Path, stopped: bool) -> RunResult:
+    """The :class:`RunResult` of ``run``; rank 0 writes ``metrics.json``, the loss plot (when
+    the run completed) and prints the summary table."""
+    cfg = run.cfg
+    tps = timer.tokens_per_s(run.tokens_per_step)
+    peak = peak_flops(run.device, cfg) * run.world
+    mfu = run.model.flops_per_token(cfg.seq_len) * tps / peak if peak else float("nan")
+    feed = run.lem_feed
+    result = RunResult(
+        out_dir=str(run.out), steps_done=run.step, train_loss=run.history, val=run.val_hist,
+        tokens_per_s=tps, lem_wait_frac=feed.wait_s / timer.t_all if feed and timer.t_all else 0.0,
+        wall_s=time.perf_counter() - timer.t_start, mfu=mfu, stopped_early=stopped,
+        steps_total=cfg.steps, device=device_name(run.device, run.world),
+        checkpoint=str(checkpoint), metrics_path=str(run.out / "metrics.json"),
+        plot_path="" if stopped else str(run.out / "loss.png"),
+        train_aux_loss=run.aux_history, prefix_aux_weight=cfg.prefix_aux_weight,
+        legality=cfg.legality, lem=cfg.lem, lem_ahead=cfg.lem_ahead,
+        lem_mean_lag=feed.mean_lag if feed else float("nan"))
+    if run.master:
+        atomic_write_text(run.out / "metrics.json", result.to_json())
         if not stopped:
-            plot_losses(result, out / "loss.png")
+            plot_losses(result, run.out / "loss.png")
         print(summary_table(result))
-    if ddp:
+    if run.ddp:
         torch.distributed.barrier()
     return result
 
 
-def summary_table(r: RunResult) -> str:
-    last = r.val[-1] if r.val else {}
-    first = r.val[0] if r.val else {}
-    rows = [
-        ("steps", f"{r.steps_done}"),
-        ("train loss (last)", f"{r.train_loss[-1][1]:.4f}" if r.train_loss else "-"),
-        ("val loss (first -> last)",
-         f"{first.get('val_loss', float('nan')):.4f} -> {last.get('val_loss', float('nan')):.4f}"),
-        ("val loss masked (last)", f"{last.get('val_loss_masked', float('nan')):.4f}"),
-        ("masked val targets", f"{int(last.get('masked_targets', 0))}"),
-        ("tokens/s", f"{r.tokens_per_s:,.0f}"),
-        ("MFU", f"{r.mfu:.1%}" if math.isfinite(r.mfu) else "-"),
-        ("LEM wait / step time", f"{r.lem_wait_frac:.1%}"),
-        ("wall s", f"{r.wall_s:.1f}"),
-    ]
-    w = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+def train(cfg: TrainConfig, resume: bool = False) -> RunResult:
+    """Run (or, with ``resume``, continue) training; see the module docstring.
 
+    Returns:
+        the :class:`RunResult`; on ``resume`` of a run that already reached ``cfg.steps``,
+        says so and returns the finished run's result without training.
 
-def plot_losses(r: RunResult, path: Path) -> None:
-    """Train loss per step and val loss (unmasked / masked) per evaluation, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    if r.train_loss:
-        s, l = zip(*r.train_loss, strict=True)
-        ax.plot(s, l, lw=0.8, alpha=0.7, label="train")
-    if r.val:
-        vs = [v["step"] for v in r.val]
-        ax.plot(vs, [v["val_loss"] for v in r.val], "o-", label="val")
-        if "val_loss_masked" in r.val[0]:
-            ax.plot(vs, [v["val_loss_masked"] for v in r.val], "s--", label="val (legality mask)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    Raises:
+        ValueError: bad data or config (the message names the file/key), ``resume``
+            without a checkpoint.
+        RuntimeError: ``device: cuda`` without CUDA.
+    """
+    if resume and (done := finished_run(cfg)) is not None:
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"{cfg.out_dir}: the run is complete ({done.steps_done} of {cfg.steps} "
+                  f"steps, checkpoint {done.checkpoint}); nothing to resume (raise --steps "
+                  "to train further)")
+        return done
+    run = setup(cfg, resume)
+    try:
+        return training_loop(run)
+    finally:
+        run.close()

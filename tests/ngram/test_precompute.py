@@ -1,0 +1,207 @@
+"""precompute_lem equals the online oracle (OnlineLEM) position for position: on real gpt2
+corpora, random streams and highly repetitive streams, with and without a window, a
+max_len cap, chunking and Ray workers; step mode too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.shared import corpora
+from tokenmill.ngram.lem import OnlineLEM
+from tokenmill.ngram.precompute import lem_chunk_position, plan_chunks, precompute_lem
+
+EOT = 50256
+
+
+def online(x: np.ndarray, *, eot: int, k: int, mode: str = "position", window: int,
+           max_len: int = 0, step_tokens: int | None = None, feed: int = 997):
+    """OnlineLEM over x (position mode fed in pieces of ``feed`` tokens, which must not
+    matter; step mode in steps of ``step_tokens``)."""
+    lem = OnlineLEM(eot, k=k, mode=mode, window=window, max_len=max_len)
+    size = feed if mode == "position" else step_tokens
+    outs = [lem.step(x[a:a + size]) for a in range(0, x.size, size)] or [
+        (np.zeros(0, np.int32), np.zeros((0, k), np.int32))]
+    return np.concatenate([o[0] for o in outs]), np.concatenate([o[1] for o in outs])
+
+
+def assert_same(want, got, what: str) -> None:
+    (a, b), (c, d) = want, got
+    assert c.dtype == np.int32 and d.dtype == np.int32 and d.shape == b.shape, what
+    bad = np.nonzero((a != c) | (b != d).any(axis=1))[0]
+    assert bad.size == 0, (f"{what}: first difference at position {bad[0]}: online "
+                           f"{a[bad[0]]} {b[bad[0]]}, precomputed {c[bad[0]]} {d[bad[0]]}")
+
+
+def small_streams(seed: int, count: int):
+    """Random streams over tiny vocabularies, motifs repeated with noise, and long runs of
+    one token, with EOT (0) boundaries."""
+    rng = np.random.default_rng(seed)
+    for t in range(count):
+        n = int(rng.integers(1, 500))
+        v = int(rng.integers(2, 8))
+        kind = t % 3
+        if kind == 0:
+            x = rng.integers(0, v, n)
+        elif kind == 1:
+            motif = rng.integers(0, v, int(rng.integers(1, 6)))
+            x = np.tile(motif, n // motif.size + 1)[:n]
+            noise = rng.random(n) < 0.05
+            x[noise] = rng.integers(0, v, int(noise.sum()))
+        else:
+            x = np.full(n, 3)
+            x[rng.random(n) < 0.02] = 0
+        yield t, x.astype(np.int32), rng
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_position_mode_equals_online_small(seed):
+    for t, x, rng in small_streams(seed, 50):
+        k = int(rng.integers(1, 5))
+        max_len = int(rng.choice([0, 0, 3, 7]))
+        window = int(rng.choice([0, 2, 3, 8, 20, 64, 101]))
+        if window < 8:  # one chunk per 1-2 tokens: keep those streams short
+            x = x[:40]
+        want = online(x, eot=0, k=k, window=window, max_len=max_len, feed=int(rng.integers(1, 50)))
+        for chunk in (None, 37):
+            got = precompute_lem(x, k=k, mode="position", window=window, eot=0,
+                                 max_len=max_len, chunk_tokens=chunk)
+            assert_same(want, got, f"stream {t} (n={x.size}, k={k}, window={window}, "
+                                   f"max_len={max_len}, chunk={chunk})")
+
+
+def test_step_mode_equals_online_small():
+    for t, x, rng in small_streams(2, 45):
+        k = int(rng.integers(1, 5))
+        max_len = int(rng.choice([0, 3]))
+        window = int(rng.choice([0, 8, 20, 64]))
+        T = int(rng.integers(1, 40))
+        want = online(x, eot=0, k=k, mode="step", window=window, max_len=max_len,
+                      step_tokens=T)
+        for chunk in (None, 30):
+            got = precompute_lem(x, k=k, mode="step", window=window, eot=0, max_len=max_len,
+                                 step_tokens=T, chunk_tokens=chunk)
+            assert_same(want, got, f"stream {t} (n={x.size}, k={k}, window={window}, "
+                                   f"T={T}, chunk={chunk})")
+
+
+def test_long_repetitive_runs():
+    """A 3,000-token run of one token and a long repeated passage: match lengths in the
+    thousands, nested intervals thousands deep."""
+    rng = np.random.default_rng(5)
+    passage = rng.integers(1, 50, 400)
+    x = np.concatenate([[0], np.full(3000, 7), [0], passage, passage, [0], passage[:300],
+                        rng.integers(0, 50, 500), passage]).astype(np.int32)
+    for window, max_len in [(0, 0), (1024, 0), (0, 64), (2000, 100)]:
+        want = online(x, eot=0, k=4, window=window, max_len=max_len)
+        got = precompute_lem(x, k=4, window=window, eot=0, max_len=max_len,
+                             chunk_tokens=1500)
+        assert_same(want, got, f"window={window}, max_len={max_len}")
+
+
+@pytest.fixture(scope="module")
+def real_stream(quickstart_like) -> np.ndarray:
+    """The first 600,000 train tokens of the quickstart-like gpt2 datamix (real corpora)."""
+    from tokenmill.manifests.schema import load_manifest
+    from tokenmill.manifests.shards import read_tokens
+
+    m = load_manifest(quickstart_like)
+    x = np.concatenate([np.asarray(read_tokens(quickstart_like.parent / s.path), np.int32)
+                        for s in m.shards("train")])
+    assert x.size > 600_000 and x[0] == EOT
+    return x[:600_000]
+
+
+@pytest.mark.parametrize("window,max_len,k", [(1 << 18, 0, 4), (1 << 17, 64, 3),
+                                              (0, 0, 2)])
+def test_real_corpora_equal_online(real_stream, window, max_len, k):
+    x = real_stream if window else real_stream[:200_000]
+    want = online(x, eot=EOT, k=k, window=window, max_len=max_len, feed=65_536)
+    got = precompute_lem(x, k=k, window=window, eot=EOT, max_len=max_len,
+                         chunk_tokens=50_000 if window else None)
+    assert_same(want, got, f"real gpt2 stream, window={window}, max_len={max_len}")
+    assert (got[0] > 0).mean() > 0.5  # real text: most positions have a match
+
+
+def test_real_corpora_ray_workers(real_stream):
+    """Chunks as Ray tasks on 2 workers: the same arrays as in-process."""
+    x = real_stream[:200_000]
+    want = precompute_lem(x, k=4, window=1 << 16, eot=EOT)
+    got = precompute_lem(x, k=4, window=1 << 16, eot=EOT, workers=2)
+    assert_same(want, got, "2 Ray workers")
+
+
+def test_chunk_plan_shares_one_history_start():
+    for c in plan_chunks(1_000, window=200, chunk_tokens=30):
+        start, lo, hi = c
+        assert all(max(0, (i // 100 - 1) * 100) == start for i in range(lo, hi)), c
+    ch = plan_chunks(1_000, window=200, mode="step", step_tokens=64)
+    assert all(lo % 64 == 0 for _, lo, _ in ch) and ch[-1][2] == 1_000
+
+
+def test_lem_chunk_position_empty_and_single():
+    ml, nt = lem_chunk_position(np.zeros(0, np.int32), 0, k=2, eot=0)
+    assert ml.shape == (0,) and nt.shape == (0, 2)
+    ml, nt = precompute_lem(np.array([5], np.int32), k=2, eot=0)
+    assert ml.tolist() == [0] and nt.tolist() == [[-1, -1]]
+
+
+@pytest.mark.parametrize("kwargs,err", [
+    ({"mode": "nope"}, "mode must be"), ({"k": 0}, "k must be"), ({"window": 1}, "window"),
+    ({"mode": "step"}, "step_tokens"), ({"max_len": -1}, "max_len"),
+])
+def test_bad_arguments(kwargs, err):
+    with pytest.raises(ValueError, match=err):
+        precompute_lem(np.arange(10), **kwargs)
+
+
+def test_bad_tokens():
+    with pytest.raises(ValueError, match="position 2"):
+        precompute_lem(np.array([1, 2, -3]))
+    with pytest.raises(TypeError, match="integer"):
+        precompute_lem(np.array([1.0, 2.0]))
+
+
+@pytest.fixture(scope="module")
+def small_mix(tmp_path_factory):
+    """A two-source training mix (c4 + wikipedia, gpt2) of about 300,000 tokens."""
+    from tests.manifests.mixdata import cached_test_curations, write_spec
+    from tokenmill.manifests.mix import build_mix
+
+    cur = cached_test_curations(corpora("c4-en-sample").parent)
+    tmp = tmp_path_factory.mktemp("lem_mix")
+    sources = {"c4": {"source": "c4-en-sample", "weight": 0.6, "max_epochs": 3},
+               "wiki": {"source": "wikipedia-wikitext-sample", "weight": 0.4, "max_epochs": 3}}
+    spec = write_spec(tmp / "mix.yaml", [cur["web"], cur["ref"]], sources, 300_000)
+    build_mix(spec, tmp / "mix.json")
+    return tmp / "mix.json"
+
+
+def test_cli_lem_side_channel(small_mix, tmp_path, capsys):
+    """`tokenmill ngram lem MIX -o DIR`: the MixLoader stream's LEM, in shards listed with
+    sha256, equal to OnlineLEM over the loader's stream."""
+    import json
+
+    from tokenmill.atomic import sha256_file
+    from tokenmill.cli import main
+    from tokenmill.train.data import MixLoader
+
+    out = tmp_path / "lem"
+    assert main(["ngram", "lem", str(small_mix), "-o", str(out), "--seq-len", "128",
+                 "--batch-size", "4", "--window", "65536", "-k", "3",
+                 "--shard-tokens", "100000"]) == 0
+    assert "LEM side channel" in capsys.readouterr().out
+    meta = json.loads((out / "lem.json").read_text())
+    loader = MixLoader(small_mix, seq_len=128, batch_size=4)
+    stream = np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], axis=1)
+                             .reshape(-1) for b in loader]).astype(np.int32)
+    assert meta["tokens"] == stream.size and len(meta["files"]) == -(-stream.size // 100_000)
+    for f in meta["files"]:
+        assert sha256_file(out / f["len"]) == f["len_sha256"]
+        assert sha256_file(out / f["next"]) == f["next_sha256"]
+    ml = np.concatenate([np.load(out / f["len"]) for f in meta["files"]])
+    nt = np.concatenate([np.load(out / f["next"]) for f in meta["files"]])
+    assert ml.dtype == np.uint8 and nt.dtype == np.uint16 and nt.shape == (stream.size, 3)
+    a, b = online(stream, eot=EOT, k=3, window=65536)
+    np.testing.assert_array_equal(ml, np.minimum(a, 255))
+    np.testing.assert_array_equal(nt.astype(np.int32), np.where(b < 0, 65535, b))

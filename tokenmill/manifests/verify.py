@@ -1,0 +1,250 @@
+"""The one verified way to open a manifest's shards.
+
+Every consumer of shards (the trainer's loader, ``mix build``, ``shards export``,
+``ngram build``, the legality check, ``manifest validate``) opens them with
+:func:`open_shards`, which refuses, with one line naming the first offending file:
+
+1. a manifest that is missing (a half-written output folder has shards but no
+   ``manifest.json`` yet), is not JSON, is of the other kind (a curation manifest where a
+   training-mix manifest is expected, or the reverse) or does not validate;
+2. a listed shard or sidecar that is missing, or a shard whose header disagrees with the
+   manifest's token count or with its own file size (a truncated shard);
+3. unless ``verify=False``: a shard or sidecar whose sha256 differs from the manifest's
+   (stale shards rewritten by a later run, or corrupt ones).
+
+``verify=False`` skips only the hashing (step 3); it is an explicit opt-out that the
+commands print.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from tokenmill.atomic import sha256_file
+from tokenmill.errors import one_line
+from tokenmill.manifests.mixschema import (
+    MIX_SCHEMA_VERSION,
+    MixShard,
+    TrainingMixManifest,
+)
+from tokenmill.manifests.schema import (
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    DatamixManifest,
+    ShardEntry,
+)
+from tokenmill.manifests.shards import ShardError, read_header, sidecar_path
+
+Kind = Literal["curation", "training-mix"]
+_KIND_WORDS = {"curation": "a curation manifest (`tokenmill run` writes manifest.json)",
+               "training-mix": "a training-mix manifest (`tokenmill mix build` writes it)"}
+_MAX_NAMED = 8  # differing files named in one error line
+
+
+class ShardVerifyError(ValueError):
+    """A manifest or one of its shards cannot be trusted; the one-line message names the
+    first offending file (manifest, shard or sidecar) and what differs."""
+
+
+@dataclass(frozen=True)
+class VerifiedShard:
+    """One shard listed by a manifest: its absolute path, the manifest's entry for it
+    (``ShardEntry`` of a curation manifest, ``MixShard`` of a training-mix manifest) and
+    the name of the source it belongs to."""
+
+    path: Path
+    entry: ShardEntry | MixShard
+    source: str
+
+    @property
+    def sidecar(self) -> Path:
+        """The document sidecar ``*.docs.parquet`` beside the shard."""
+        return sidecar_path(self.path)
+
+
+@dataclass(frozen=True)
+class OpenedShards:
+    """The result of :func:`open_shards`."""
+
+    manifest: DatamixManifest | TrainingMixManifest
+    manifest_path: Path
+    root: Path
+    shards: list[VerifiedShard]
+    verified: bool
+
+    def paths(self) -> list[Path]:
+        """Absolute shard paths, in manifest order."""
+        return [s.path for s in self.shards]
+
+
+def manifest_file(path: str | os.PathLike) -> Path:
+    """``path`` itself, or ``path/manifest.json`` when ``path`` is a folder."""
+    p = Path(path)
+    return p / MANIFEST_NAME if p.is_dir() else p
+
+
+def read_manifest(path: str | os.PathLike, kind: Kind = "curation"
+                  ) -> tuple[Path, DatamixManifest | TrainingMixManifest]:
+    """Read a manifest of the expected ``kind``.
+
+    Returns:
+        (the manifest file's path, the validated model).
+
+    Raises:
+        ShardVerifyError: the file is missing (a half-written output folder), not JSON,
+            of the other kind (named as such), of an unknown schema version, or invalid
+            (the first wrong field by its path).
+    """
+    p = manifest_file(path)
+    if not p.is_file():
+        where = f"{p.parent} has no {p.name}" if Path(path).is_dir() else f"{p}: not found"
+        raise ShardVerifyError(f"{where}: no {kind} manifest (an unfinished or "
+                               "half-written output folder?)")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ShardVerifyError(f"{p}: not a JSON manifest ({e})") from None
+    if not isinstance(data, dict):
+        raise ShardVerifyError(f"{p}: not a manifest (a JSON {type(data).__name__}, "
+                               "expected an object)")
+    got = data.get("kind", "curation")
+    if got != kind:
+        what = _KIND_WORDS.get(got, f"a file of kind {got!r}")
+        raise ShardVerifyError(f"{p}: this is {what}, but {_KIND_WORDS[kind]} is expected here")
+    want_version = SCHEMA_VERSION if kind == "curation" else MIX_SCHEMA_VERSION
+    if data.get("schema_version") != want_version:
+        raise ShardVerifyError(f"{p}: {kind} manifest schema_version "
+                               f"{data.get('schema_version')!r} is not {want_version}")
+    model = DatamixManifest if kind == "curation" else TrainingMixManifest
+    try:
+        return p, model.model_validate(data)
+    except ValidationError as e:
+        raise ShardVerifyError(f"{p}: invalid {kind} manifest: {one_line(e)}") from None
+
+
+def listed_shards(m: DatamixManifest | TrainingMixManifest, root: Path,
+                  split: str | None = None) -> list[VerifiedShard]:
+    """The shards ``m`` lists for ``split`` (``None``: all), unchecked, with paths under
+    ``root`` (the manifest's folder); a training-mix source's train shards, then its val
+    shards."""
+    out = []
+    for src in m.sources:
+        if isinstance(m, DatamixManifest):
+            entries: list = list(src.shards)
+        else:
+            entries = list(src.shards) + list(src.val_shards)
+        out += [VerifiedShard(path=(root / e.path).resolve(), entry=e, source=src.name)
+                for e in entries if split in (None, e.split)]
+    return out
+
+
+def _presence_problem(s: VerifiedShard, what: str) -> str | None:
+    """One line if the shard or its sidecar is missing or the header disagrees."""
+    if not s.path.is_file():
+        return f"{s.path}: missing (listed in {what})"
+    if not s.sidecar.is_file():
+        return f"{s.sidecar}: missing document sidecar (listed in {what})"
+    try:
+        h = read_header(s.path)
+    except ShardError as e:
+        return f"{e} (listed in {what}; truncated or half-written?)"
+    if h.n_tokens != s.entry.tokens or h.version != s.entry.version:
+        return (f"{s.path}: header has {h.n_tokens} tokens, version {h.version}; {what} "
+                f"says {s.entry.tokens}, version {s.entry.version}")
+    return None
+
+
+def _mismatches(shards: list[VerifiedShard]) -> list[tuple[Path, str, str]]:
+    """(file, found sha256, expected) for every shard or sidecar that differs, in order."""
+    jobs = [(p, want) for s in shards
+            for p, want in ((s.path, s.entry.sha256), (s.sidecar, s.entry.sidecar_sha256))]
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        digests = list(pool.map(lambda j: sha256_file(j[0]), jobs))
+    return [(p, got, want) for (p, want), got in zip(jobs, digests, strict=True) if got != want]
+
+
+def _sha_line(p: Path, got: str, want: str, what: str) -> str:
+    return (f"{p}: sha256 {got[:16]}… differs from {what} ({want[:16]}…); the file changed "
+            "after the manifest was written")
+
+
+def shard_problems(shards: list[VerifiedShard], *, verify: bool = True,
+                   what: str = "the manifest") -> list[str]:
+    """Every problem of ``shards``, one line each (for reports such as ``manifest
+    validate``): presence and header per shard, then (``verify``) the sha256 mismatches
+    of the shards that are present, in manifest order."""
+    problems, present = [], []
+    for s in shards:
+        prob = _presence_problem(s, what)
+        if prob:
+            problems.append(prob)
+        else:
+            present.append(s)
+    if verify:
+        problems += [_sha_line(p, got, want, what) for p, got, want in _mismatches(present)]
+    return problems
+
+
+def check_shards(shards: list[VerifiedShard], *, verify: bool = True,
+                 what: str = "the manifest") -> None:
+    """Check shards already listed (presence, header, and with ``verify`` sha256).
+
+    Raises:
+        ShardVerifyError: one line naming the first offending file; for sha256
+            mismatches it also counts and names (up to 8) the other differing files.
+    """
+    for s in shards:
+        prob = _presence_problem(s, what)
+        if prob:
+            raise ShardVerifyError(prob)
+    if not verify:
+        return
+    bad = _mismatches(shards)
+    if not bad:
+        return
+    line = _sha_line(*bad[0], what)
+    if len(bad) > 1:
+        names = ", ".join(b[0].name for b in bad[1:_MAX_NAMED + 1])
+        extra = ", …" if len(bad) > _MAX_NAMED + 1 else ""
+        line += f"; {len(bad) - 1} more file(s) differ: {names}{extra}"
+    raise ShardVerifyError(line)
+
+
+def open_shards(path: str | os.PathLike, split: Literal["train", "val"] | None = "train", *,
+                kind: Kind = "curation", verify: bool = True,
+                log: Callable[[str], None] | None = None) -> OpenedShards:
+    """Open a manifest's shards of ``split`` (``None``: both) after checking them.
+
+    Args:
+        path: a curation ``manifest.json`` or its folder, or a training-mix ``mix.json``.
+        kind: the kind of manifest the caller expects.
+        verify: compare every shard's and sidecar's sha256 with the manifest (reads every
+            byte); ``False`` skips only that (presence and headers are always checked).
+        log: called with one line per check phase.
+
+    Returns:
+        :class:`OpenedShards`, shards in manifest order (sources in order). For a
+        training-mix manifest, a source's train shards list only the ranges it grants.
+
+    Raises:
+        ShardVerifyError: see the module docstring; one line naming the first bad file.
+    """
+    if split not in ("train", "val", None):
+        raise ValueError(f"split must be 'train', 'val' or None, not {split!r}")
+    mpath, m = read_manifest(path, kind)
+    root = mpath.resolve().parent
+    shards = listed_shards(m, root, split)
+    if log:
+        log(f"checking {len(shards)} shard(s) of {mpath}"
+            + ("" if verify else " (sha256 verification is off)"))
+    check_shards(shards, verify=verify, what=str(mpath))
+    return OpenedShards(manifest=m, manifest_path=mpath, root=root, shards=shards,
+                        verified=verify)

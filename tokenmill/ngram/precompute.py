@@ -1,0 +1,500 @@
+"""Causal longest-exact-match (LEM) features of a whole token stream, computed ahead of time.
+
+:func:`precompute_lem` returns, for every position of a stream known in advance, exactly
+what :class:`tokenmill.ngram.lem.OnlineLEM` returns when it is fed the same stream (same
+``k``, ``window``, ``max_len``, ``eot`` and causality): ``match_len[i]`` (the longest
+suffix of ``tokens[..i]`` that occurred earlier in the visible history, capped at the
+document start and at ``max_len``) and ``next_tokens[i, r]`` (the token that followed the
+``r``-th most recent earlier occurrence of that suffix, ``-1`` when fewer). See
+:mod:`tokenmill.ngram.lem` for the semantics (window eviction, EOT handling).
+
+Position mode (the one that matters ahead of time) without an automaton: the longest
+previous factor / matching statistics family of methods (Crochemore & Ilie 2008, "Computing
+Longest Previous Factor in linear time and applications"), run on the reversed text so that
+"suffix ending at i" becomes "prefix starting at n - 1 - i":
+
+1. the window's text ``tokens[S:end]`` is reversed and sorted by ``pydivsufsort``
+   (libdivsufsort) into a suffix array, plus the LCP array (Kasai et al. 2001);
+2. a stack pass each way over the suffix array finds, for every position, the nearest
+   suffix-array neighbours that are earlier in the stream (previous / next greater value of
+   the reversed position) and their LCP: the longest previous factor ``M``; the match
+   length is ``min(M, document cap, max_len)``;
+3. the occurrences of that suffix are the LCP interval of depth ``L`` around the position
+   (bounds from monotonic stacks over the LCP array, binary searched); the distinct query
+   intervals are laminar, so they form a tree;
+4. one sweep in stream order answers each position from its interval's ring of the ``k``
+   most recent followers, then pushes the position's follower into the rings of the
+   query intervals that contain it (about 4 per token in natural text: 3.3 per history
+   token, 4.5 per new token on the benchmark stream).
+
+Windows and parallelism: with ``window = W`` and ``H = W // 2``, every position of the
+chunk ``[c H, (c + 1) H)`` sees the history ``[max(0, (c - 1) H), i]`` (OnlineLEM's rebuild
+rule), so each chunk is computed independently from its own ``<= 2 H`` tokens of text:
+in-process for one worker, as Ray tasks (:mod:`tokenmill.raysession`) otherwise. Each token
+is sorted about twice (once as new text, once as history). ``window = 0`` (unbounded): every
+chunk's text is the whole prefix.
+
+Candidates: the ring of an interval holds the followers of its occurrences in the order
+they were pushed, most recent first, ``-1`` padded: OnlineLEM's order (its states push the
+same followers in the same order), so the arrays are equal, ties included.
+
+Cost (``benchmarks/bench_lem.py``, 11 M gpt2 tokens, W = 4 M, k = 4, one core of a shared
+2-core machine): about 2.4 CPU s per 2 M-token chunk (4 M tokens of text): suffix array
+39 %, the sweep 23 %, Kasai 11 %, the rest (stack passes, intervals) 27 %; 0.89 M tokens/s
+per core in all, 2 workers 1.5x (the machine was loaded). Memory per chunk: about 60 bytes
+per text token (suffix array, rank, LCP, interval tables; ~250 MB at W = 4 M) plus the
+outputs. Worst case: without ``max_len`` a run of r copies of one token nests r intervals,
+so its pushes cost O(r**2), as in OnlineLEM; with ``max_len`` they share one.
+
+Step mode (optional in the design): answered by :class:`OnlineLEM` itself, per chunk of
+whole steps started ``H``-aligned before the chunk (its rebuilds then fall on the same
+positions, so the answers are the same); chunks still run in parallel, at the online speed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numba as nb
+import numpy as np
+
+# --------------------------------------------------------------------------- kernels
+
+
+@nb.njit(cache=True)
+def _kasai(text, sa):
+    """Inverse suffix array and LCP (``lcp[r]`` = common prefix of suffixes ``sa[r - 1]``
+    and ``sa[r]``; ``lcp[0] = 0``), Kasai et al. (2001). int32[n] each."""
+    n = text.size
+    rank = np.empty(n, np.int32)
+    for r in range(n):
+        rank[sa[r]] = r
+    lcp = np.zeros(n, np.int32)
+    h = 0
+    for p in range(n):
+        r = rank[p]
+        if r > 0:
+            q = sa[r - 1]
+            while p + h < n and q + h < n and text[p + h] == text[q + h]:
+                h += 1
+            lcp[r] = h
+            if h > 0:
+                h -= 1
+        else:
+            h = 0
+    return rank, lcp
+
+
+@nb.njit(cache=True)
+def _longest_previous(sa, lcp):
+    """For every suffix-array rank: the longest common prefix with any suffix starting
+    later in the reversed text (= ending earlier in the stream). The nearest ranks on
+    each side with a greater start (stack of decreasing starts) have the longest ones."""
+    n = sa.size
+    best = np.zeros(n, np.int32)
+    sv = np.empty(n + 1, np.int32)
+    sh = np.empty(n + 1, np.int32)
+    for direction in range(2):
+        t = 0
+        for i in range(n):
+            r = i if direction == 0 else n - 1 - i
+            if direction == 0:
+                cur = lcp[r] if r > 0 else 0
+            else:
+                cur = lcp[r + 1] if r + 1 < n else 0
+            a = sa[r]
+            while t > 0 and sv[t - 1] < a:
+                t -= 1
+                if t > 0 and sh[t - 1] < cur:
+                    cur = sh[t - 1]
+            if t > 0:
+                if cur > best[r]:
+                    best[r] = cur
+                sh[t - 1] = cur
+            sv[t] = a
+            t += 1
+    return best
+
+
+@nb.njit(cache=True)
+def _match_lengths(rtext, rank, best, nq, eot, max_len, out_len):
+    """Match length of the queries (reversed positions ``p < nq``): the longest previous
+    factor ``best[rank[p]]``, capped at the document start (a match holds EOT only as its
+    first token: in the reversed text, the first EOT at or after p) and at ``max_len``
+    (0: none). Written to ``out_len[nq - 1 - p]`` (stream order) and, in place, to
+    ``best`` by rank (0 for the ranks of non-query positions)."""
+    m = rtext.size
+    e = -1  # first EOT at or after p in the reversed text
+    for p in range(m - 1, -1, -1):
+        if rtext[p] == eot:
+            e = p
+        r = rank[p]
+        if p < nq:
+            cap = (e - p + 1) if e >= 0 else m - p
+            L = best[r]
+            if L > cap:
+                L = cap
+            if max_len > 0 and L > max_len:
+                L = max_len
+            best[r] = L
+            out_len[nq - 1 - p] = L
+        else:
+            best[r] = 0
+
+
+@nb.njit(cache=True, inline="always")
+def _last_below(sval, t, L):
+    """Index of the topmost stack entry (values strictly increasing) with value < L."""
+    lo, hi = 0, t - 1  # sval[0] is the sentinel -1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if sval[mid] < L:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@nb.njit(cache=True)
+def _intervals(lcp, lens):
+    """LCP interval ``[lo, hi]`` of depth ``lens[r]`` around each query rank (the ranks
+    whose suffix shares its first ``lens[r]`` tokens): previous / next LCP value below the
+    depth, from monotonic stacks (binary searched). ``lo = hi = -1`` where ``lens`` is 0."""
+    n = lcp.size
+    lo_out = np.full(n, -1, np.int32)
+    hi_out = np.full(n, -1, np.int32)
+    sval = np.empty(n + 1, np.int32)
+    sidx = np.empty(n + 1, np.int32)
+    for direction in range(2):
+        sval[0] = -1
+        sidx[0] = 0 if direction == 0 else n
+        t = 1
+        for i in range(n):
+            r = i if direction == 0 else n - 1 - i
+            x = r if direction == 0 else r + 1  # the LCP entry that joins r to its side
+            if 0 < x < n:
+                v = lcp[x]
+                while sval[t - 1] >= v:
+                    t -= 1
+                sval[t] = v
+                sidx[t] = x
+                t += 1
+            if lens[r] > 0:
+                j = _last_below(sval, t, lens[r])
+                if direction == 0:
+                    lo_out[r] = sidx[j]
+                else:
+                    hi_out[r] = sidx[j] - 1
+    return lo_out, hi_out
+
+
+@nb.njit(cache=True)
+def _number_intervals(lo, hi, n):
+    """Distinct query intervals in (lo ascending, hi descending) order, i.e. pre-order of
+    their (laminar) tree: a counting sort on lo, then each lo-bucket by hi. Returns
+    ``(node int32[nq] (-1: no interval), ilo int32[nint], ihi int32[nint])``."""
+    nq = lo.size
+    start = np.zeros(n + 1, np.int32)
+    for q in range(nq):
+        if lo[q] >= 0:
+            start[lo[q] + 1] += 1
+    for r in range(n):
+        start[r + 1] += start[r]
+    total = start[n]
+    order = np.empty(total, np.int32)
+    fill = start[:n].copy()
+    for q in range(nq):
+        if lo[q] >= 0:
+            order[fill[lo[q]]] = q
+            fill[lo[q]] += 1
+    for r in range(n):
+        a, b = start[r], start[r + 1]
+        if b - a > 16:
+            idx = np.argsort(-hi[order[a:b]], kind="mergesort")
+            order[a:b] = order[a:b][idx]
+        else:
+            for i in range(a + 1, b):  # insertion sort, hi descending
+                q = order[i]
+                j = i - 1
+                while j >= a and hi[order[j]] < hi[q]:
+                    order[j + 1] = order[j]
+                    j -= 1
+                order[j + 1] = q
+    node = np.full(nq, -1, np.int32)
+    ilo = np.empty(total, np.int32)
+    ihi = np.empty(total, np.int32)
+    nint = 0
+    for i in range(total):
+        q = order[i]
+        if nint == 0 or ilo[nint - 1] != lo[q] or ihi[nint - 1] != hi[q]:
+            ilo[nint] = lo[q]
+            ihi[nint] = hi[q]
+            nint += 1
+        node[q] = nint - 1
+    return node, ilo[:nint], ihi[:nint]
+
+
+@nb.njit(cache=True)
+def _interval_tree(ilo, ihi, node, width):
+    """The sweep's tables. ``table[v]``: interval v's parent (the nearest enclosing query
+    interval, -1 at the top; intervals come in pre-order) then its ring of followers (-1),
+    one ``width``-int32 row. ``at[r]``: rank r's own query interval and the deepest query
+    interval holding r (-1: none), side by side so that one cache line serves both."""
+    nint = ilo.size
+    n = node.size
+    table = np.full((nint, width), -1, np.int32)
+    at = np.full((n, 2), -1, np.int32)
+    stack = np.empty(nint + 1, np.int32)
+    t = 0
+    it = 0
+    for r in range(n):
+        while t > 0 and ihi[stack[t - 1]] < r:
+            t -= 1
+        while it < nint and ilo[it] == r:
+            table[it, 0] = stack[t - 1] if t > 0 else -1
+            stack[t] = it
+            t += 1
+            it += 1
+        at[r, 0] = node[r]
+        if t > 0:
+            at[r, 1] = stack[t - 1]
+    return table, at
+
+
+@nb.njit(cache=True)
+def _sweep(rtext, rank, table, at, nq, k, out_next):
+    """Stream-order sweep (reversed positions descending): answer each query from its
+    interval's ring of the k most recent followers, then push the position's follower into
+    every query interval holding it. ``out_next[nq - 1 - p]`` is query p's row."""
+    m = rtext.size
+    for p in range(m - 1, -1, -1):
+        r = rank[p]
+        if p < nq:
+            v = at[r, 0]
+            o = nq - 1 - p
+            if v >= 0:
+                for j in range(k):
+                    out_next[o, j] = table[v, 1 + j]
+        if p == 0:
+            break
+        f = rtext[p - 1]  # the follower (next token in stream order)
+        v = at[r, 1]
+        while v >= 0:
+            for j in range(k, 1, -1):
+                table[v, j] = table[v, j - 1]
+            table[v, 1] = f
+            v = table[v, 0]
+
+
+# --------------------------------------------------------------------------- one chunk
+
+
+def lem_chunk_position(text: np.ndarray, n_query: int, *, k: int, eot: int,
+                       max_len: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Position-mode LEM of the last ``n_query`` positions of ``text``, the whole of which
+    is their visible history (an earlier occurrence must lie inside ``text``).
+
+    Args:
+        text: int32[m] token ids (>= 0), the history window followed by the query positions.
+        n_query: how many trailing positions to answer (``<= m``).
+        k, eot, max_len: as :class:`~tokenmill.ngram.lem.OnlineLEM`'s.
+
+    Returns:
+        ``(match_len int32[n_query], next_tokens int32[n_query, k])``.
+    """
+    from pydivsufsort import divsufsort
+
+    m = int(text.size)
+    lens_out = np.zeros(n_query, np.int32)
+    next_out = np.full((n_query, k), -1, np.int32)
+    if n_query == 0 or m == 0:
+        return lens_out, next_out
+    rtext = np.ascontiguousarray(text[::-1], dtype=np.int32)
+    sa = np.ascontiguousarray(divsufsort(rtext), dtype=np.int32)
+    rank, lcp = _kasai(rtext, sa)
+    lens = _longest_previous(sa, lcp)  # by rank; the match lengths in place below
+    del sa
+    _match_lengths(rtext, rank, lens, n_query, eot, max_len, lens_out)
+    lo, hi = _intervals(lcp, lens)
+    del lcp, lens
+    node, ilo, ihi = _number_intervals(lo, hi, m)
+    del lo, hi
+    width = 4 if k <= 3 else (8 if k <= 7 else k + 1)  # parent + ring, cache-line aligned
+    table, at = _interval_tree(ilo, ihi, node, width)
+    del node, ilo, ihi
+    _sweep(rtext, rank, table, at, n_query, k, next_out)
+    return lens_out, next_out
+
+
+def lem_chunk_step(tokens: np.ndarray, start: int, lo: int, hi: int, *, k: int, eot: int,
+                   window: int, max_len: int, step_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step-mode LEM of positions ``[lo, hi)`` (whole steps) by a fresh
+    :class:`~tokenmill.ngram.lem.OnlineLEM` fed from ``start`` (a multiple of ``H``, or 0),
+    which then rebuilds at the same positions as one fed from 0: the same answers.
+
+    Returns:
+        ``(match_len int32[hi - lo], next_tokens int32[hi - lo, k])``.
+    """
+    from tokenmill.ngram.lem import OnlineLEM
+
+    lem = OnlineLEM(eot, k=k, mode="step", window=window, max_len=max_len)
+    if lo > start:
+        lem.step(tokens[start:lo])  # history only (answers discarded)
+    lens, nexts = [], []
+    for a in range(lo, hi, step_tokens):
+        ml, nt = lem.step(tokens[a:min(a + step_tokens, hi)])
+        lens.append(ml)
+        nexts.append(nt)
+    if not lens:
+        return np.zeros(0, np.int32), np.zeros((0, k), np.int32)
+    return np.concatenate(lens), np.concatenate(nexts)
+
+
+# --------------------------------------------------------------------------- chunks
+
+
+def plan_chunks(n: int, *, window: int, mode: str = "position", step_tokens: int | None = None,
+                chunk_tokens: int | None = None) -> list[tuple[int, int, int]]:
+    """Independent chunks ``(history_start, lo, hi)`` covering ``[0, n)``.
+
+    Position mode: chunk boundaries at multiples of ``H = window // 2`` (every position of
+    ``[c H, (c + 1) H)`` has the history start ``max(0, (c - 1) H)``), subdivided to at most
+    ``chunk_tokens``. Step mode: boundaries on whole steps; the history start is that of
+    the chunk's first step, ``max(0, ((lo - 1) // H - 1) H)``. ``window = 0``: history
+    start 0 (each chunk sorts its whole prefix).
+    """
+    half = window // 2
+    size = chunk_tokens or (half if half else n) or 1
+    if half:
+        size = min(size, half)
+    if mode == "step":
+        size = max(step_tokens, size // step_tokens * step_tokens)
+    out = []
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + size)
+        if mode == "position" and half:
+            hi = min(hi, (lo // half + 1) * half)
+            start = max(0, (lo // half - 1) * half)
+        elif half:
+            start = max(0, ((lo - 1) // half - 1) * half) if lo > 0 else 0
+        else:
+            start = 0
+        out.append((start, lo, hi))
+        lo = hi
+    return out
+
+
+def _run_chunk(tokens: np.ndarray, chunk: tuple[int, int, int], params: dict
+               ) -> tuple[int, np.ndarray, np.ndarray]:
+    start, lo, hi = chunk
+    if params["mode"] == "position":
+        ml, nt = lem_chunk_position(tokens[start:hi], hi - lo, k=params["k"],
+                                    eot=params["eot"], max_len=params["max_len"])
+    else:
+        ml, nt = lem_chunk_step(tokens, start, lo, hi, k=params["k"], eot=params["eot"],
+                                window=params["window"], max_len=params["max_len"],
+                                step_tokens=params["step_tokens"])
+    return lo, ml, nt
+
+
+def _check_args(tokens, k, mode, window, step_tokens, eot, max_len) -> np.ndarray:
+    def is_int(x) -> bool:
+        return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+    if mode not in ("position", "step"):
+        raise ValueError(f"mode must be 'position' or 'step', not {mode!r}")
+    if not is_int(k) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, not {k!r}")
+    if not is_int(window) or window < 0 or window == 1 or window > 2**29:
+        raise ValueError(f"window must be 0 (unbounded) or an integer in [2, 2**29], "
+                         f"not {window!r}")
+    if not is_int(eot) or not 0 <= eot < 2**31 - 1:
+        raise ValueError(f"eot must be a token id in [0, 2**31 - 1), not {eot!r}")
+    if not is_int(max_len) or max_len < 0:
+        raise ValueError(f"max_len must be an integer >= 0 (0: no cap), not {max_len!r}")
+    if mode == "step" and (not is_int(step_tokens) or step_tokens < 1):
+        raise ValueError(f"mode='step' needs step_tokens >= 1 (tokens per training step), "
+                         f"not {step_tokens!r}")
+    a = np.asarray(tokens)
+    if a.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D stream, not shape {a.shape}")
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"tokens must be integer ids, not {a.dtype}")
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= 2**31 - 1):
+        bad = np.nonzero((a < 0) | (a >= 2**31 - 1))[0][0]
+        raise ValueError(f"token id {int(a[bad])} at stream position {int(bad)} is outside "
+                         "[0, 2**31 - 1)")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def precompute_lem(tokens: np.ndarray, *, k: int = 4,
+                   mode: Literal["position", "step"] = "position", window: int = 4_000_000,
+                   step_tokens: int | None = None, eot: int = 50256, max_len: int = 0,
+                   workers: int = 1, ray_address: str | None = None,
+                   chunk_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact causal LEM features of a whole stream, equal position for position to
+    ``OnlineLEM(eot, k, mode, window, max_len)`` fed the same stream (in steps of
+    ``step_tokens`` tokens in step mode). Method: module docstring.
+
+    Args:
+        tokens: int[n] the stream (every document starting with ``eot``).
+        k: next tokens per position (most recent earlier occurrence first).
+        mode: ``"position"`` (suffix array; the fast path) or ``"step"`` (per-step
+            causality with steps of ``step_tokens`` from position 0; OnlineLEM per chunk).
+        window: visible history ``W`` (``0``: unbounded), OnlineLEM's eviction rule.
+        step_tokens: tokens per training step (``B * T``), step mode only.
+        eot: the EOT/BOS token id (gpt2's by default).
+        max_len: cap on the match length (``0``: none).
+        workers: chunks computed at once; ``> 1`` (or a ``ray_address``) runs them as Ray
+            tasks through :func:`tokenmill.raysession.ray_session`.
+        ray_address: ``HOST:PORT`` of a Ray cluster to join (default: embedded Ray).
+        chunk_tokens: new tokens per chunk (default ``H = window // 2``; smaller chunks
+            give more tasks, each still sorting its own history).
+
+    Returns:
+        ``(match_len int32[n], next_tokens int32[n, k])``, ``-1`` for missing candidates.
+
+    Raises:
+        ValueError: bad ``k``/``mode``/``window``/``eot``/``max_len``/``step_tokens``, a
+            token id outside ``[0, 2**31 - 1)`` (naming its position), a non 1-D stream.
+        TypeError: non-integer tokens.
+    """
+    x = _check_args(tokens, k, mode, window, step_tokens, eot, max_len)
+    n = int(x.size)
+    params = {"k": int(k), "mode": mode, "window": int(window), "eot": int(eot),
+              "max_len": int(max_len), "step_tokens": step_tokens}
+    match_len = np.zeros(n, np.int32)
+    next_tokens = np.full((n, int(k)), -1, np.int32)
+    chunks = plan_chunks(n, window=int(window), mode=mode, step_tokens=step_tokens,
+                         chunk_tokens=chunk_tokens)
+    if workers <= 1 and ray_address is None:
+        results = (_run_chunk(x, c, params) for c in chunks)
+        for lo, ml, nt in results:
+            match_len[lo:lo + ml.size] = ml
+            next_tokens[lo:lo + ml.size] = nt
+        return match_len, next_tokens
+    for lo, ml, nt in _ray_chunks(x, chunks, params, workers, ray_address):
+        match_len[lo:lo + ml.size] = ml
+        next_tokens[lo:lo + ml.size] = nt
+    return match_len, next_tokens
+
+
+def _ray_chunks(x: np.ndarray, chunks: list, params: dict, workers: int,
+                ray_address: str | None):
+    """Run the chunks as Ray tasks (one CPU each), yielding results as they finish. The
+    stream is put in the object store once; workers read it zero-copy."""
+    import ray
+
+    from tokenmill.raysession import ray_session
+
+    with ray_session(ray_address, workers):
+        task = ray.remote(num_cpus=1, max_retries=3)(_run_chunk)
+        ref = ray.put(x)
+        # largest (most history) first, so the last task to start is a short one
+        order = sorted(chunks, key=lambda c: -(c[2] - c[0]))
+        pending = [task.remote(ref, c, params) for c in order]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+

@@ -1,0 +1,249 @@
+"""The per-block work of a Ray task for one unit (a file, or a group of small files).
+
+:func:`prepare_unit` reads the unit's rows in blocks of ``block_documents`` and runs, per
+block, the document stages that apply to its source (in :data:`~tokenmill.pipeline.stages.STAGES`
+order), then the per-block columns of the global stages. Every stage's output for a
+block is content-addressed and committed on its own:
+
+- ``work/read/<k0>``: the block's rows as read (documents and unreadable rows);
+- ``work/<stage>/<k_j>``: what stage j did to the block: the surviving keys, texts it
+  changed, the documents' metadata, and its quarantine rows;
+- ``work/prepare/<k>``: the block's surviving documents with the global stages' columns
+  and all its quarantine rows (what the dedup decisions and the tokenize task read).
+
+``k_j = hash(k_{j-1}, stage name, version, config)`` with ``k0 = hash(unit's files and
+read settings, block index)``: changing one stage's parameters recomputes exactly that
+stage and the ones after it, and a rerun after a crash skips finished blocks (without
+parsing their rows) and finished stages.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill.atomic import atomic_open
+from tokenmill.pipeline import quarantine
+from tokenmill.pipeline.intermediate import StageOutput, content_hash
+from tokenmill.pipeline.readers import read_file
+from tokenmill.pipeline.stages import build_stage, metadata_columns
+from tokenmill.pipeline.step import Document, Rejection
+
+PREPARE_VERSION = 4
+READ_VERSION = 1
+
+
+def write_parquet(path: Path, table: pa.Table) -> None:
+    """Write ``table`` atomically as zstd parquet."""
+    with atomic_open(path) as f:
+        pq.write_table(table, f, compression="zstd")
+
+
+def fault_injection_delay() -> None:
+    """``TOKENMILL_TASK_DELAY_S``: seconds each task sleeps first. Only for fault-injection
+    tests (killing a worker mid-task needs a task that lasts); never set in production."""
+    delay = float(os.environ.get("TOKENMILL_TASK_DELAY_S", "0") or 0)
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _unit_items(spec: dict[str, Any], skip: int) -> Iterator[Document | Rejection]:
+    """The unit's rows in order, the first ``skip`` passed over."""
+    root = Path(spec["root"])
+    files = spec["files"]
+    if len(files) == 1:
+        yield from read_file(root, files[0], spec["source"], spec["text_field"],
+                             spec["max_document_bytes"], spec["limit"], skip=skip)
+        return
+    # several files only for one-document-per-file formats: one row per file
+    for rel in files[skip:]:
+        yield from read_file(root, rel, spec["source"], spec["text_field"],
+                             spec["max_document_bytes"], spec["limit"])
+
+
+def stage_fingerprints(spec: dict[str, Any]) -> dict[str, str]:
+    """Fingerprint (name, version, config) of every document and global stage of ``spec``."""
+    return {name: build_stage(name, kw).fingerprint()
+            for name, kw in [*spec["stages"], *spec["globals"]]}
+
+
+def block_keys(spec: dict[str, Any], index: int, fingerprints: dict[str, str]
+               ) -> dict[str, str]:
+    """The content addresses of block ``index``'s outputs: ``read``, each document
+    stage's (chained), and ``prepare``."""
+    key = content_hash(spec["digest"], "block", index)
+    keys = {"read": key}
+    for name, kw in spec["stages"]:
+        key = content_hash(key, name, fingerprints[name], kw)
+        keys[name] = key
+    keys["prepare"] = content_hash(key, "prepare", PREPARE_VERSION,
+                                   [(name, fingerprints[name]) for name, _ in spec["globals"]])
+    return keys
+
+
+def prepare_unit(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Read and prepare one unit, block by block.
+
+    ``spec`` keys: work, digest (the unit's read address), source, root, files,
+    text_field, max_document_bytes, limit, block_documents, stages and globals
+    (``[(stage name, constructor kwargs)]`` of the source's document and global stages).
+
+    Returns, per block in order, ``{"digest", "info", "reused": {stage: bool}}``; info
+    holds the counters (``read``, ``docs``, ``last``, ``stages``).
+    """
+    fault_injection_delay()
+    blocks: list[dict[str, Any]] = []
+    fingerprints = stage_fingerprints(spec)
+    for index in itertools.count():
+        keys = block_keys(spec, index, fingerprints)
+        out = StageOutput(spec["work"], "prepare", keys["prepare"])
+        done = out.load_done()
+        if done is None:
+            info, reused = _prepare_block(spec, index, keys, out)
+        else:
+            info, reused = done["info"], {name: True for name in keys}
+        blocks.append({"digest": keys["prepare"], "info": info, "reused": reused})
+        if info["last"]:
+            return blocks
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------------------
+# stored documents: key, text as UTF-8 bytes (lone surrogates kept), metadata as JSON
+# ---------------------------------------------------------------------------------------
+def _json_default(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    return str(v)
+
+
+def _docs_table(docs: list[Document], changed: list[bool] | None = None) -> pa.Table:
+    texts = [d.text.encode("utf-8", "surrogatepass") if changed is None or changed[i]
+             else None for i, d in enumerate(docs)]
+    metas = [json.dumps(d.metadata, sort_keys=True, default=_json_default)
+             if d.metadata else None for d in docs]
+    return pa.table({"key": pa.array([d.key for d in docs], pa.string()),
+                     "text": pa.array(texts, pa.large_binary()),
+                     "meta": pa.array(metas, pa.large_string())})
+
+
+def _apply_table(docs: dict[str, Document] | None, table: pa.Table,
+                 source: str) -> list[Document]:
+    """The documents a stored table lists, in its order: texts it holds replace the
+    earlier ones (``docs``, by key), metadata is replaced."""
+    out = []
+    for key, text, meta in zip(*(table.column(c).to_pylist() for c in ("key", "text", "meta")),
+                               strict=True):
+        doc = docs[key] if docs is not None else Document(key=key, source=source, text="")
+        if text is not None:
+            doc.text = text.decode("utf-8", "surrogatepass")
+        doc.metadata = json.loads(meta) if meta else {}
+        out.append(doc)
+    return out
+
+
+def _commit(out: StageOutput, docs: pa.Table, rejected: list[Rejection],
+            info: dict[str, Any]) -> None:
+    out.dir.mkdir(parents=True, exist_ok=True)
+    write_parquet(out.path(".docs.parquet"), docs)
+    quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
+    out.commit([".docs.parquet", ".quarantine.parquet"], info)
+
+
+# ---------------------------------------------------------------------------------------
+# the stages of one block
+# ---------------------------------------------------------------------------------------
+def _read_block(spec: dict[str, Any], index: int, out: StageOutput
+                ) -> tuple[list[Document], dict[str, Any], bool]:
+    """The block's documents as read, its read info (``read``, ``last``, ``rejected``)
+    and whether the stored read output was reused."""
+    done = out.load_done()
+    if done is not None:
+        docs = _apply_table(None, pq.read_table(out.path(".docs.parquet")), spec["source"])
+        return docs, done["info"], True
+    n = spec["block_documents"]
+    items = itertools.islice(_unit_items(spec, index * n), n + 1)
+    docs: list[Document] = []
+    rejected: list[Rejection] = []
+    n_read, last = 0, True
+    for item in items:
+        if n_read == n:  # a row beyond this block exists: not the last block
+            last = False
+            break
+        n_read += 1
+        (rejected if isinstance(item, Rejection) else docs).append(item)
+    reasons: dict[str, int] = {}
+    for r in rejected:
+        reasons[r.reason] = reasons.get(r.reason, 0) + 1
+    info = {"read": n_read, "last": last, "rejected": dict(sorted(reasons.items()))}
+    _commit(out, _docs_table(docs), rejected, info)
+    return docs, info, False
+
+
+def _document_stage(out: StageOutput, name: str, kwargs: dict[str, Any],
+                    docs: list[Document]) -> tuple[list[Document], dict[str, Any], bool]:
+    """Run (or reuse) one document stage over a block's documents."""
+    done = out.load_done()
+    if done is not None:
+        table = pq.read_table(out.path(".docs.parquet"))
+        return _apply_table({d.key: d for d in docs}, table, ""), done["info"], True
+    step = build_stage(name, kwargs)
+    rejected: list[Rejection] = []
+    step.sink = rejected.append
+    before = {d.key: d.text for d in docs}
+    kept = list(step(iter(docs)))
+    info = step.stats.to_dict()
+    extra = getattr(step, "accepted", None)
+    if extra is not None:
+        info["extra"] = dict(sorted(extra.items()))
+    _commit(out, _docs_table(kept, [d.text != before[d.key] for d in kept]), rejected, info)
+    return kept, info, False
+
+
+def _prepare_block(spec: dict[str, Any], index: int, keys: dict[str, str],
+                   out: StageOutput) -> tuple[dict[str, Any], dict[str, bool]]:
+    work = spec["work"]
+    read_out = StageOutput(work, "read", keys["read"])
+    docs, read_info, reused_read = _read_block(spec, index, read_out)
+    reused = {"read": reused_read}
+    problems = [read_out.problem] if read_out.problem else []
+    stages: dict[str, Any] = {"read": {"rejected": read_info["rejected"]}}
+    q_paths = [read_out.path(".quarantine.parquet")]
+    for name, kw in spec["stages"]:
+        st_out = StageOutput(work, name, keys[name])
+        docs, stages[name], reused[name] = _document_stage(st_out, name, kw, docs)
+        problems += [st_out.problem] if st_out.problem else []
+        q_paths.append(st_out.path(".quarantine.parquet"))
+    ran = [name for name, _ in spec["stages"]]
+    cols: dict[str, Any] = {
+        "key": pa.array([d.key for d in docs], pa.string()),
+        "text": pa.array([d.text for d in docs], pa.large_string()),
+    }
+    for col, typ in metadata_columns(ran):
+        cols[col] = pa.array([d.metadata.get(col) for d in docs], typ)
+    for name, kw in spec["globals"]:
+        cols.update(build_stage(name, kw).block_columns(docs))
+    rows = pa.concat_tables([quarantine.read_quarantine(p) for p in q_paths]).to_pylist()
+    rejected = [Rejection(**r) for r in sorted(rows, key=lambda r: r["key"])]
+    info = {"read": read_info["read"], "docs": len(docs), "last": read_info["last"],
+            "stages": stages}
+    _commit(out, pa.table(cols), rejected, info)
+    reused["prepare"] = False
+    if out.problem:
+        problems.append(out.problem)
+    return info | ({"recovered": problems} if problems else {}), reused
+
+
+def read_block_columns(work: str, digest: str, columns: list[str]) -> pa.Table:
+    """Columns of a prepared block (``key``, ``text``, metadata, global stages' columns)."""
+    return pq.read_table(StageOutput(work, "prepare", digest).path(".docs.parquet"),
+                         columns=columns)

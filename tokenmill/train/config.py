@@ -1,0 +1,168 @@
+"""The training config (:class:`TrainConfig`, a pydantic model) and the learning-rate schedule.
+
+A config file is YAML or JSON with the fields of :class:`TrainConfig`; paths in it are
+relative to the file. A config that fails validation raises :class:`TrainConfigError`, whose
+message is at most three lines: the file, then each wrong field by its path with what was
+expected (no pydantic dump, no documentation links)::
+
+    runs/tiny.yaml: invalid train config
+      stpes: unknown field (did you mean 'steps'?)
+      schedule: expected 'cosine' or 'trapezoid', got 'linear'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tokenmill.errors import MAX_ERROR_LINES, field_lines
+
+
+class TrainConfigError(ValueError):
+    """A train config that fails validation: ``header`` (what and where) and one line per
+    wrong field (``path: what was expected``, :func:`tokenmill.errors.field_lines`), at most
+    :data:`~tokenmill.errors.MAX_ERROR_LINES` lines."""
+
+    def __init__(self, header: str, lines: list[str] | None = None) -> None:
+        self.header, self.field_lines = header, list(lines or [])
+        super().__init__("\n".join([header, *self.field_lines]))
+
+
+class TrainConfig(BaseModel):
+    """Everything a run needs. Paths in a config file are relative to that file.
+
+    Construct it from keywords, or from a file with :meth:`load`. Unknown keys and wrong
+    values raise :class:`TrainConfigError` (a ``ValueError``), also on attribute assignment.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True,
+                              protected_namespaces=())
+
+    data: str = Field(description="mix manifest (`tokenmill mix build`) or curation "
+                      "manifest (file or folder)")
+    out_dir: str = "runs/train"
+    model: str = Field(default="tiny", description="GPTConfig preset")
+    model_overrides: dict[str, Any] = Field(default_factory=dict)
+    seq_len: int = Field(default=128, gt=0)
+    batch_size: int = Field(default=8, gt=0, description="sequences per rank per micro-step")
+    grad_accum: int = Field(default=1, gt=0)
+    steps: int = Field(default=200, gt=0)
+    lr: float = Field(default=3e-3, gt=0)
+    min_lr_frac: float = Field(default=0.1, ge=0, le=1)
+    warmup_steps: int = Field(default=10, ge=0)
+    schedule: Literal["cosine", "trapezoid"] = "cosine"
+    cooldown_frac: float = Field(default=0.3, gt=0, le=1,
+                                 description="trapezoid: fraction of steps in the final decay")
+    weight_decay: float = Field(default=0.0, ge=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    grad_clip: float = Field(default=1.0, ge=0, description="0 = no clipping")
+    seed: int = 0
+    val_every: int = Field(default=50, ge=0, description="0 = no validation")
+    val_tokens: int = Field(default=16384, gt=0)
+    ckpt_every: int = Field(default=0, ge=0, description="0 = only at the end")
+    keep_checkpoints: int = Field(default=3, ge=0,
+                                  description="keep the last N checkpoints (0 = keep all)")
+    stop_after: int | None = Field(default=None, gt=0, description="stop (with a checkpoint) "
+                                   "after this step: a planned pause")
+    prefix_aux_weight: float = Field(default=0.0, ge=0, description="> 0: prefix auxiliary "
+                                     "loss with this weight")
+    legality: str | None = Field(default=None, description="saved legality table (file or "
+                                 "folder; polarity from its header): masked validation")
+    lem: bool = False
+    lem_k: int = Field(default=4, gt=0)
+    lem_ahead: int = Field(default=4, gt=0, description="LEMStream slots ahead of the trainer")
+    lem_window: int | None = Field(default=None, gt=0, description="predictor memory window "
+                                   "(tokens); None = its default")
+    # cap on the predictor's match length: lengths are bucketed up to 256 anyway, and the
+    # cap bounds its work per token inside long runs of a repeated token (O(run**2) without)
+    lem_max_len: int = Field(default=1024, ge=0)
+    doc_mask: bool = Field(default=False, description="attention stays inside each document")
+    verify: bool = Field(default=True, description="check every shard's sha256 against the "
+                         "manifest before reading (false: printed as skipped)")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    num_threads: int = Field(default=0, ge=0, description="CPU torch threads (0 = default)")
+    peak_flops: float = Field(default=0.0, ge=0, description="per device, for MFU; 0 = guess "
+                              "from the device name")
+    compile: bool = False
+    progress: bool = True
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise TrainConfigError("invalid train config", field_lines(
+                e, MAX_ERROR_LINES - 1, type(self).model_fields)) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as e:
+            raise TrainConfigError("invalid train config", field_lines(
+                e, MAX_ERROR_LINES - 1, type(self).model_fields)) from None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.lem and self.grad_accum != 1:
+            raise ValueError("lem: true supports grad_accum: 1 only")
+        return self
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
+        """Read a YAML or JSON config. ``data``/``out_dir``/``legality`` in the file are
+        resolved against the file's folder; ``overrides`` (CLI options, ``None`` = not given)
+        replace file values as given (relative to the working directory).
+
+        Raises:
+            FileNotFoundError: no such file.
+            TrainConfigError: unparsable file, unknown key or wrong value (names the file and
+                each wrong field).
+        """
+        p = Path(path)
+        text = p.read_text()
+        try:
+            raw = yaml.safe_load(text) if p.suffix in (".yaml", ".yml") else json.loads(text)
+        except (yaml.YAMLError, json.JSONDecodeError) as e:
+            first = str(e).strip().splitlines()[0]
+            raise TrainConfigError(f"{p}: not valid {p.suffix.lstrip('.').upper()}: {first}"
+                                   ) from None
+        raw = {} if raw is None else raw
+        if not isinstance(raw, dict):
+            raise TrainConfigError(f"{p}: a train config is a mapping of keys to values, "
+                                   f"got a {type(raw).__name__}")
+        for key in ("data", "out_dir", "legality"):
+            if isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute():
+                raw[key] = str((p.parent / raw[key]).resolve())
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls(**raw)
+        except TrainConfigError as e:
+            raise TrainConfigError(f"{p}: invalid train config", e.field_lines) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as JSON-ready values (what ``config.json`` and checkpoints hold)."""
+        return self.model_dump(mode="json")
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup, then cosine decay
+    to ``min_lr_frac * lr`` or a trapezoid (constant, then linear decay over the last
+    ``cooldown_frac`` of the steps: warmup-stable-decay, Hägele et al. 2024)."""
+    lo = cfg.lr * cfg.min_lr_frac
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "cosine":
+        span = max(1, cfg.steps - cfg.warmup_steps)
+        frac = min(1.0, (step - cfg.warmup_steps) / span)
+        return lo + 0.5 * (cfg.lr - lo) * (1 + math.cos(math.pi * frac))
+    cool = max(1, int(cfg.steps * cfg.cooldown_frac))
+    start = cfg.steps - cool
+    if step < start:
+        return cfg.lr
+    return cfg.lr - (cfg.lr - lo) * min(1.0, (step - start + 1) / cool)

@@ -1,0 +1,146 @@
+"""What a run reports: :class:`RunResult` (``metrics.json``), the summary table, the plot."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tokenmill.atomic import atomic_write_bytes
+
+
+@dataclass
+class RunResult:
+    """What a run returns (also written to ``out_dir/metrics.json``).
+
+    Losses are nats/token. ``train_loss`` is the optimized loss per step (LM loss plus the
+    weighted prefix auxiliary term when that is on); ``train_aux_loss`` is that auxiliary
+    term per step (empty when off), so the LM loss is the difference. ``val`` holds one dict
+    per evaluation: ``step``, ``val_loss`` and, with a legality table, ``val_loss_masked``
+    and ``masked_targets``. ``lem_mean_lag`` is the mean number of steps the LEM predictor
+    was ahead of the trainer (at most ``lem_ahead``; 0 means the trainer waited for it).
+    """
+
+    out_dir: str
+    steps_done: int
+    train_loss: list[tuple[int, float]]
+    val: list[dict[str, float]]
+    tokens_per_s: float
+    lem_wait_frac: float
+    wall_s: float
+    mfu: float = float("nan")
+    stopped_early: bool = False
+    steps_total: int = 0
+    device: str = ""
+    checkpoint: str = ""
+    metrics_path: str = ""
+    plot_path: str = ""
+    train_aux_loss: list[tuple[int, float]] = field(default_factory=list)
+    prefix_aux_weight: float = 0.0
+    legality: str | None = None
+    lem: bool = False
+    lem_ahead: int = 0
+    lem_mean_lag: float = float("nan")
+
+    def to_json(self) -> str:
+        """The result as indented JSON (what ``metrics.json`` holds)."""
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> RunResult:
+        """Read :meth:`to_json` output back (loss pairs as tuples)."""
+        d = json.loads(text)
+        for key in ("train_loss", "train_aux_loss"):
+            d[key] = [tuple(x) for x in d.get(key, [])]
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def _fmt(x: float, spec: str = ".4f") -> str:
+    return format(x, spec) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+
+
+def _train_loss_row(r: RunResult) -> str:
+    if not r.train_loss:
+        return "-"
+    total = r.train_loss[-1][1]
+    if not r.train_aux_loss:
+        return f"{total:.4f} (LM loss; no auxiliary loss)"
+    aux = r.train_aux_loss[-1][1]
+    return (f"{total:.4f} = LM {total - aux:.4f} + prefix aux {aux:.4f} "
+            f"(weight {r.prefix_aux_weight:g})")
+
+
+def _val_rows(r: RunResult) -> list[tuple[str, str]]:
+    last = r.val[-1] if r.val else {}
+    first = r.val[0] if r.val else {}
+    rows = [("val loss (first -> last)",
+             f"{_fmt(first.get('val_loss', math.nan))} -> {_fmt(last.get('val_loss', math.nan))}")]
+    if r.legality:
+        rows += [
+            ("val loss, legality-masked (last)", _fmt(last.get("val_loss_masked", math.nan))),
+            ("masked val targets (last)",
+             f"{int(last.get('masked_targets', 0))} (0 for a sound table)"),
+        ]
+    return rows
+
+
+def _lem_rows(r: RunResult) -> list[tuple[str, str]]:
+    if not r.lem:
+        return []
+    return [
+        ("LEM wait / step time", f"{r.lem_wait_frac:.1%}"),
+        ("lem_lag (mean)", f"{_fmt(r.lem_mean_lag, '.1f')} of {r.lem_ahead} steps: how far the "
+         "LEM predictor ran ahead of the trainer (0 = the trainer waited for it)"),
+    ]
+
+
+def summary_table(r: RunResult) -> str:
+    """The end-of-run summary: device, steps, train loss split into LM and auxiliary loss,
+    validation (masked only with a legality table), speed, LEM lag, and where the
+    checkpoint, metrics and plot are."""
+    steps = f"{r.steps_done} of {r.steps_total or r.steps_done}"
+    if r.stopped_early:
+        steps += " (paused; continue with --resume)"
+    rows = [("device", r.device or "-"), ("steps", steps),
+            ("train loss (last step)", _train_loss_row(r)), *_val_rows(r),
+            ("tokens/s", _fmt(r.tokens_per_s, ",.0f")),
+            ("MFU", f"{r.mfu:.1%}" if math.isfinite(r.mfu) else "-"), *_lem_rows(r),
+            ("wall s", f"{r.wall_s:.1f}"), ("checkpoint", r.checkpoint or "-"),
+            ("metrics", r.metrics_path or "-"),
+            ("loss plot", r.plot_path or "- (written when the run completes)")]
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+
+def plot_losses(r: RunResult, path: Path) -> None:
+    """Train loss per step (and its LM part when an auxiliary loss is on) and val loss
+    (unmasked / masked) per evaluation, as a PNG written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    if r.train_loss:
+        s, loss = zip(*r.train_loss, strict=True)
+        ax.plot(s, loss, lw=0.8, alpha=0.7, label="train")
+        if r.train_aux_loss:
+            aux = [a for _, a in r.train_aux_loss]
+            ax.plot(s, [t - a for t, a in zip(loss, aux, strict=True)], lw=0.8, alpha=0.7,
+                    label="train (LM part)")
+    if r.val:
+        vs = [v["step"] for v in r.val]
+        ax.plot(vs, [v["val_loss"] for v in r.val], "o-", label="val")
+        if "val_loss_masked" in r.val[0]:
+            ax.plot(vs, [v["val_loss_masked"] for v in r.val], "s--", label="val (legality mask)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
