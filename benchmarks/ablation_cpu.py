@@ -37,9 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "data" / "tiktoken"))
 
-from tokenmill.tokenizers.legality import LegalityTable  # noqa: E402
 from tokenmill.train import train as T  # noqa: E402
 from tokenmill.train.batches import data_tokenizer, validation_set  # noqa: E402
+from tokenmill.train.side import save_rows_table  # noqa: E402
 
 
 def partial_legality(cfg: T.TrainConfig, out: Path) -> Path:
@@ -48,12 +48,7 @@ def partial_legality(cfg: T.TrainConfig, out: Path) -> Path:
     val = validation_set(cfg)
     prev = np.unique(val[:, :-1].numpy())
     t0 = time.perf_counter()
-    table = LegalityTable.build(ident.name, rows=prev.astype(np.int64))
-    rb = (ident.n_vocab + 7) // 8
-    bits = np.full((ident.n_vocab, rb), 0xFF, dtype=np.uint8)
-    bits[prev] = np.asarray(table.packed)
-    path = out / f"{ident.name}_val_rows.npy"
-    np.save(path, bits)
+    path = save_rows_table(ident.name, prev, out / f"{ident.name}_val_rows.legality")
     print(f"legality rows for {len(prev)} previous tokens built in "
           f"{time.perf_counter() - t0:.1f} s")
     return path

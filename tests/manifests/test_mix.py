@@ -11,7 +11,7 @@ import pytest
 from tests.manifests.mixdata import cached_test_curations, write_spec
 from tests.shared import corpora
 from tokenmill.atomic import sha256_file
-from tokenmill.manifests.mix import build_mix, load_mix_manifest, plan_spec_file
+from tokenmill.manifests.mix import build_mix, load_mix_manifest, plan_spec_file, plan_table
 from tokenmill.manifests.schema import load_manifest
 from tokenmill.manifests.shards import read_sidecar
 from tokenmill.tokenizers import TokenizerMismatchError
@@ -73,10 +73,17 @@ def test_short_source_is_capped_with_a_warning(cur, tmp_path):
     assert wiki.shortfall_tokens == round(0.3 * target) - 2 * avail
     assert m.total_tokens == target - wiki.shortfall_tokens  # shrink
     msg = next(w for w in m.warnings if "'wiki'" in w)
-    assert f"shortfall {wiki.shortfall_tokens} tokens" in msg
+    assert f"shortfall {wiki.shortfall_tokens:,} tokens" in msg
     assert "max_epochs 2" in msg
     table = plan_spec_file(spec).table()
     assert "WARNING" in table and "shortfall" in table
+    # the table explains each share that differs from the spec's
+    notes = table.split("why shares differ from the spec:")[1].splitlines()
+    wnote = next(n for n in notes if n.startswith("  wiki: "))
+    assert (f"capped at max_epochs 2 x {avail:,} train tokens = {2 * avail:,} tokens" in wnote
+            and f"needs {round(0.3 * target):,}" in wnote and "on_shortfall: shrink" in wnote)
+    c4note = next(n for n in notes if n.startswith("  c4: "))
+    assert f"total shrank to {m.total_tokens:,} because wiki ran short" in c4note
     # redistribute: the others absorb the shortfall in proportion, within their caps
     spec_r = write_spec(tmp_path / "mix_r.yaml", [cur["web"], cur["ref"]], sources, target,
                         on_shortfall="redistribute")
@@ -85,6 +92,10 @@ def test_short_source_is_capped_with_a_warning(cur, tmp_path):
     c4, py = (next(s for s in r.sources if s.name == n) for n in ("c4", "py"))
     assert c4.granted_tokens / py.granted_tokens == pytest.approx(0.5 / 0.2, rel=1e-6)
     assert next(s for s in r.sources if s.name == "wiki").granted_tokens == 2 * avail
+    table = plan_table(r)
+    factor = c4.granted_tokens / c4.requested_tokens
+    assert f"c4: {100 * c4.effective_weight:.2f}% instead of 50.00%: granted x{factor:.3f}" \
+        in table and "water-filling" in table and "on_shortfall: redistribute" in table
 
 
 def test_tokenizer_mismatch_names_both_manifests(cur, tmp_path):
@@ -137,6 +148,10 @@ def test_schedule_by_steps(cur, tmp_path):
     first, second = (s.weights for s in m.segments)
     assert first == pytest.approx({"c4": 0.5, "wiki": 0.3, "py": 0.2}, rel=1e-5)
     assert second == pytest.approx({"c4": 0.0, "wiki": 0.5 / 0.7, "py": 0.2 / 0.7}, rel=1e-5)
+    c4 = m.sources[0]
+    assert c4.requested_share == pytest.approx(0.3)  # 0.5 for 600k tokens, 0 for 400k
+    assert ("c4: requested 30.00% of the run, not the spec's 50.00%: the schedule changes "
+            "the weights at steps 600 (2 segments)") in plan_table(m)
     c4 = next(s for s in m.sources if s.name == "c4")
     assert c4.granted_tokens == 300_000
     bad = write_spec(tmp_path / "bad.yaml", [cur["web"]], {"c4": {"source": "c4-en-sample",
@@ -152,9 +167,13 @@ def test_cli_plan_and_build(cur, tmp_path, capsys):
     spec = write_spec(tmp_path / "mix.yaml", [cur["web"], cur["ref"]], THREE, 2_000_000)
     assert main(["mix", "plan", str(spec)]) == 0
     out = capsys.readouterr().out
-    for col in ("source", "available", "req share", "epochs needed", "granted", "eff share"):
-        assert col in out
-    assert "c4" in out and "2,000,000" in out
+    head, units = out.splitlines()[:2]
+    assert head.split() == ["source", "spec", "available", "max", "requested", "requested",
+                            "needed", "granted", "granted", "effective", "shortfall"]
+    assert units.split() == ["weight", "tokens", "epochs", "tokens", "share", "epochs",
+                             "tokens", "epochs", "share", "tokens"]
+    assert "c4" in out and "2,000,000" in out and "50.00%" in out
+    assert "why shares differ" not in out  # nothing capped, no schedule
     assert not (tmp_path / "mix.json").exists()
     assert main(["mix", "build", str(spec), "-o", str(tmp_path / "mix.json")]) == 0
     data = json.loads((tmp_path / "mix.json").read_text())

@@ -36,12 +36,24 @@ def test_unknown_license_override_refused(tmp_path):
         run_datamix(cfg, num_cpus=1, progress=False)
 
 
-def test_source_without_license_refused(tmp_path):
-    (tmp_path / "nolic" / "data").mkdir(parents=True)
-    (tmp_path / "nolic" / "data" / "a.txt").write_text("hello")
-    cfg = _cfg(tmp_path, [{"name": "nolic", "path": str(tmp_path / "nolic")}])
-    with pytest.raises(SourceError, match="'nolic': no license"):
+def test_sources_without_license_refused_in_one_error(tmp_path):
+    """Every source without a license (and every disallowed one) in one error: a user
+    fixes them all at once, not one per run."""
+    for name in ("nolic", "nolic2"):
+        (tmp_path / name / "data").mkdir(parents=True)
+        (tmp_path / name / "data" / "a.txt").write_text("hello")
+    cfg = _cfg(tmp_path, [{"name": "nolic", "path": str(tmp_path / "nolic")},
+                          {"name": "c4", "path": "c4-en-sample"},
+                          {"name": "nolic2", "path": str(tmp_path / "nolic2")},
+                          {"name": "linux", "path": "linux-docs-rst"}], allow=["odc-by"])
+    with pytest.raises(SourceError) as e:
         run_datamix(cfg, num_cpus=1, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and isinstance(e.value, LicenseError)
+    assert msg.startswith("no license for 2 source(s): 'nolic' (no license in "
+                          f"{tmp_path / 'nolic' / 'README.md'}), 'nolic2' (no license in ")
+    assert "source 'linux' has license 'gpl-2.0'" in msg
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_names_source_and_license(tmp_path):

@@ -77,7 +77,7 @@ def test_short_source_repeats_up_to_max_epochs(cur, tmp_path):
     m = build_mix(spec, tmp_path / "mix.json")
     wiki = next(s for s in m.sources if s.name == "wiki")
     assert wiki.epochs == pytest.approx(3.0) and wiki.shortfall_tokens > 0
-    assert any("'wiki'" in w and f"shortfall {wiki.shortfall_tokens}" in w for w in m.warnings)
+    assert any("'wiki'" in w and f"shortfall {wiki.shortfall_tokens:,}" in w for w in m.warnings)
     loader = MixLoader(tmp_path / "mix.json", seq_len=T, batch_size=B)
     summary = {s["source"]: s for s in loader.summary()}
     # the short source is read about 3 times, never past its grant by more than a row

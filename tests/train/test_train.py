@@ -277,7 +277,8 @@ def test_train_refuses_a_bare_mask_array(datamix, tmp_path, capsys):
     bare = tmp_path / "gpt2_mask.npy"
     np.save(bare, np.zeros((4, 4), np.uint8))
     cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps(_cfg(datamix, tmp_path / "run", legality=str(bare)).to_dict()))
+    cfg.write_text(json.dumps(_cfg(datamix, tmp_path / "run", legality=str(bare),
+                                   verify=False).to_dict()))
     assert main(["train", str(cfg), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(bare) in err[0] and "bits mean" in err[0], err

@@ -36,7 +36,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    m = sub.add_parser("manifest", help="validate and read datamix manifests")
+    m = sub.add_parser("manifest", help="validate and read curation manifests (a datamix's result)")
     msub = m.add_subparsers(dest="manifest_command", required=True)
     v = msub.add_parser("validate", help="re-check every shard's existence, header and sha256")
     v.add_argument("manifest")
@@ -47,9 +47,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     sh = sub.add_parser("shards", help="inspect and export token shards")
     shsub = sh.add_subparsers(dest="shards_command", required=True)
-    i = shsub.add_parser("inspect", help="print a shard's header, counts and first documents")
+    i = shsub.add_parser("inspect", help="print a shard's header, counts and first documents, "
+                                         "decoded")
     i.add_argument("shard")
-    i.add_argument("--tokenizer", default=None, help="encoding (default: from the manifest)")
-    i.add_argument("--docs", type=int, default=3, help="documents to decode")
+    i.add_argument("--tokenizer", default=None,
+                   help="encoding to decode with (default: the one the curation manifest or "
+                        "export.json beside the shard records, else the one the header's "
+                        "version implies: 1 = gpt2, 2 = cl100k_base or o200k_base); a warning "
+                        "says when it cannot match the shard")
+    i.add_argument("--docs", type=int, default=3, help="documents to decode (0: none)")
     i.set_defaults(func=_inspect)
     add_mix_commands(sub, shsub)  # `tokenmill mix` and `tokenmill shards export`

@@ -1,4 +1,4 @@
-"""Export a training datamix as a ready-to-train modded-nanogpt shard set.
+"""The modded-nanogpt export: a training mix as a ready-to-train modded-nanogpt shard set.
 
 ``tokenmill shards export --format modded-nanogpt MIX.json -o OUT`` writes
 ``fineweb_train_000001.bin ...`` (the mixture) and ``fineweb_val_000000.bin ...`` (all

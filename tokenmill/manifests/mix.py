@@ -1,11 +1,12 @@
-"""The training datamix: a mix spec (YAML) planned over curation manifests.
+"""The training mix: a mix spec (YAML) planned over curation manifests.
 
-A pretraining run is specified by its datamix: which curated sources, in what
-proportion, for how many tokens, repeating small sources up to a limit (Marin, for
-instance, repeats some data up to 7 times and schedules weights by step). This module
-turns a **mix spec** into a **training datamix manifest** that the loader
+Vocabulary: a **datamix** is what to curate (the curation config) and what curation made
+of it (the curation manifest); a **training mix** is what a run reads from curated data:
+which curated sources, in what proportion, for how many tokens, repeating small sources
+up to a limit (Marin, for instance, repeats some data up to 7 times and schedules weights
+by step). This module turns a **mix spec** into a **training-mix manifest** that the loader
 (:mod:`tokenmill.train.data`) and the modded-nanogpt exporter
-(:mod:`tokenmill.manifests.export`) follow exactly.
+(:mod:`tokenmill.manifests.export`, the modded-nanogpt export) follow exactly.
 
 Mix spec (YAML; paths relative to the spec file)::
 
@@ -35,7 +36,7 @@ effective per-segment weights the loader realizes. Sources granted less than one
 use a document-aligned prefix of each of their shards (the same fraction of each), so
 the manifest's token ranges are exactly what a trainer may read.
 
-The training datamix manifest is JSON (sorted keys, no timestamps, paths relative to
+The training-mix manifest is JSON (sorted keys, no timestamps, paths relative to
 its own folder): same inputs, same bytes. It carries the sha256 of each curation
 manifest, shard and sidecar it references, and of the spec.
 """
@@ -51,9 +52,10 @@ from typing import Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tokenmill.atomic import sha256_bytes, sha256_file
+from tokenmill.errors import error_lines
 from tokenmill.manifests.mixschema import (
     MIX_SCHEMA_VERSION,
     CurationRef,
@@ -63,7 +65,13 @@ from tokenmill.manifests.mixschema import (
     TrainingMixManifest,
     load_mix_manifest,
 )
-from tokenmill.manifests.schema import DatamixManifest, ShardEntry, SourceEntry
+from tokenmill.manifests.schema import (
+    MANIFEST_KINDS,
+    DatamixManifest,
+    ShardEntry,
+    SourceEntry,
+    manifest_kind,
+)
 from tokenmill.manifests.shards import read_sidecar
 from tokenmill.manifests.verify import open_shards
 from tokenmill.tokenizers import TokenizerMismatchError
@@ -134,13 +142,37 @@ class MixSpec(_Model):
 
 
 def load_spec(path: str | os.PathLike) -> MixSpec:
-    """Read a mix spec YAML file. Raises ``ValueError`` naming the file on bad content."""
+    """Read a mix spec YAML file.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: naming the file, at most three lines: not YAML (one line, with the
+            line and column), a manifest given instead of a spec (its kind named), or the
+            wrong fields by their path with what was expected (no pydantic dump).
+    """
     p = Path(path)
+    text = p.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = getattr(e, "problem", None) or type(e).__name__
+        raise ValueError(f"{p}: not a YAML mix spec{where}: {what}") from None
+    if isinstance(data, dict) and ("schema_version" in data or "kind" in data
+                                   or data.get("format") == "modded-nanogpt"):
+        kind = MANIFEST_KINDS.get(manifest_kind(data), "a manifest")
+        raise ValueError(f"{p}: this is {kind}, but a mix spec (YAML: name, manifests, "
+                         "target_tokens, sources) is expected here")
+    if not isinstance(data, dict):
+        got = "empty" if data is None else f"a YAML {type(data).__name__}"
+        raise ValueError(f"{p}: not a mix spec ({got}; expected a mapping with name, "
+                         "manifests, target_tokens, sources)")
+    try:
         return MixSpec.model_validate(data)
-    except (yaml.YAMLError, ValueError) as e:
-        raise ValueError(f"{p}: invalid mix spec: {e}") from e
+    except ValidationError as e:
+        raise ValueError("\n".join(error_lines(f"{p}: invalid mix spec", e,
+                                               MixSpec.model_fields))) from None
 
 
 # ----------------------------------------------------------------------- planning
@@ -172,7 +204,7 @@ def _resolve_manifests(spec: MixSpec, base: Path, verify: bool
             raise TokenizerMismatchError(
                 f"curation manifests use different tokenizers: {first_path} has "
                 f"{first.tokenizer.short()} but {p} has {m.tokenizer.short()}; "
-                "a datamix needs one tokenizer identity")
+                "a training mix needs one tokenizer identity")
     return out
 
 
@@ -302,19 +334,19 @@ def _shortfall_warnings(spec: MixSpec, keys: list[str], g: _Grants) -> list[str]
         short = g.req[i] - g.grant[i]
         if short > 0.5:
             warnings.append(
-                f"source {k!r} runs out before its weight is met: needs {int(round(g.req[i]))} "
-                f"tokens ({g.req[i] / g.avail[i]:.3f} epochs) but has {int(g.avail[i])} tokens "
-                f"x max_epochs {spec.sources[k].max_epochs:g} = {int(g.cap[i])}; shortfall "
-                f"{int(round(short))} tokens ({100 * short / req_total:.2f}% of the "
-                f"{spec.target_tokens} token budget); effective share "
-                f"{g.grant[i] / g.total:.4f} instead of {g.req[i] / req_total:.4f}")
+                f"source {k!r} runs out before its weight is met: needs {g.req[i]:,.0f} "
+                f"tokens ({g.req[i] / g.avail[i]:.3f} epochs) but has {g.avail[i]:,.0f} tokens "
+                f"x max_epochs {spec.sources[k].max_epochs:g} = {g.cap[i]:,.0f}; shortfall "
+                f"{short:,.0f} tokens ({100 * short / req_total:.2f}% of the "
+                f"{spec.target_tokens:,} token budget); effective share "
+                f"{100 * g.grant[i] / g.total:.2f}% instead of {100 * g.req[i] / req_total:.2f}%")
     if spec.on_shortfall == "shrink" and g.total < spec.target_tokens:
         if warnings:
-            warnings.append(f"total tokens {int(g.total)} < target {spec.target_tokens} "
+            warnings.append(f"total tokens {g.total:,.0f} < target {spec.target_tokens:,} "
                             f"(on_shortfall: shrink)")
     elif g.total < spec.target_tokens:
-        warnings.append(f"every source is capped: total tokens {int(g.total)} < target "
-                        f"{spec.target_tokens}")
+        warnings.append(f"every source is capped: total tokens {g.total:,.0f} < target "
+                        f"{spec.target_tokens:,}")
     return warnings
 
 
@@ -372,7 +404,7 @@ def _mix_source(spec: MixSpec, k: str, i: int, mi: int, src: SourceEntry, folder
 
 def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
              verify: bool = True) -> MixPlan:
-    """Plan a training datamix (the rules are in the module docstring).
+    """Plan a training mix (the rules are in the module docstring).
 
     Args:
         spec: the mix spec; its manifest paths are relative to ``spec_dir``.
@@ -421,35 +453,108 @@ def plan_spec_file(spec_path: str | os.PathLike, out_path: str | os.PathLike | N
 
 def build_mix(spec_path: str | os.PathLike, out_path: str | os.PathLike,
               verify: bool = True) -> TrainingMixManifest:
-    """Plan ``spec_path`` and write the training datamix manifest to ``out_path``
+    """Plan ``spec_path`` and write the training-mix manifest to ``out_path``
     atomically. Returns the manifest."""
     plan = plan_spec_file(spec_path, out_path, verify=verify)
     plan.manifest.write(out_path)
     return plan.manifest
 
 
-def plan_table(m: TrainingMixManifest) -> str:
-    """The plan as a text table: source, available tokens, requested share, epochs
-    needed, granted tokens, effective share (plus max epochs, epochs and shortfall)."""
-    head = ("source", "available", "req share", "epochs needed", "max ep", "granted",
-            "epochs", "eff share", "shortfall")
-    rows = [head]
+#: plan table columns: (name, unit) — the unit is the header's second line
+_PLAN_HEAD = (("source", ""), ("spec", "weight"), ("available", "tokens"),
+              ("max", "epochs"), ("requested", "tokens"), ("requested", "share"),
+              ("needed", "epochs"), ("granted", "tokens"), ("granted", "epochs"),
+              ("effective", "share"), ("shortfall", "tokens"))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def _plan_rows(m: TrainingMixManifest) -> list[tuple[str, ...]]:
+    """One row of strings per source, then the total row."""
+    rows = []
     for s in m.sources:
-        rows.append((s.name, f"{s.available_tokens:,}", f"{s.requested_share:.4f}",
-                     f"{s.epochs_needed:.3f}", f"{s.max_epochs:g}", f"{s.granted_tokens:,}",
-                     f"{s.epochs:.3f}", f"{s.effective_weight:.4f}",
-                     f"{s.shortfall_tokens:,}"))
-    rows.append(("total", f"{sum(s.available_tokens for s in m.sources):,}", "1.0000", "",
-                 "", f"{m.total_tokens:,}", "", "1.0000",
+        rows.append((s.name, _pct(s.weight), f"{s.available_tokens:,}", f"{s.max_epochs:g}",
+                     f"{s.requested_tokens:,}", _pct(s.requested_share),
+                     f"{s.epochs_needed:.3f}", f"{s.granted_tokens:,}", f"{s.epochs:.3f}",
+                     _pct(s.effective_weight), f"{s.shortfall_tokens:,}"))
+    rows.append(("total", _pct(sum(s.weight for s in m.sources)),
+                 f"{sum(s.available_tokens for s in m.sources):,}", "",
+                 f"{sum(s.requested_tokens for s in m.sources):,}", _pct(1.0), "",
+                 f"{m.total_tokens:,}", "", _pct(1.0),
                  f"{sum(s.shortfall_tokens for s in m.sources):,}"))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
+    return rows
+
+
+def _capped_note(m: TrainingMixManifest, s: MixSource) -> str:
+    """Why a capped source's effective share is below its requested one."""
+    rule = m.spec.get("on_shortfall", "shrink")
+    return (f"{s.name}: {_pct(s.effective_weight)} instead of {_pct(s.requested_share)}: "
+            f"capped at max_epochs {s.max_epochs:g} x {s.available_tokens:,} train tokens "
+            f"= {s.granted_tokens:,} tokens, but its share of the target needs "
+            f"{s.requested_tokens:,} ({s.epochs_needed:.3f} epochs); "
+            + ("the total shrinks by the shortfall (on_shortfall: shrink)" if rule == "shrink"
+               else "the uncapped sources take up the shortfall (on_shortfall: redistribute)"))
+
+
+def _grown_note(m: TrainingMixManifest, s: MixSource, capped: list[str]) -> str:
+    """Why an uncapped source's effective share differs from its requested one."""
+    head = f"{s.name}: {_pct(s.effective_weight)} instead of {_pct(s.requested_share)}: "
+    names = ", ".join(capped)
+    if m.spec.get("on_shortfall", "shrink") == "shrink":
+        return (head + f"all its {s.granted_tokens:,} requested tokens are granted, but the "
+                f"total shrank to {m.total_tokens:,} because {names} ran short "
+                "(on_shortfall: shrink), so each granted token is a larger share")
+    factor = s.granted_tokens / s.requested_tokens if s.requested_tokens else 0.0
+    at_cap = s.granted_tokens >= math.floor(s.available_tokens * s.max_epochs)
+    how = f"granted x{factor:.3f} its request" + (
+        f" (up to its cap, max_epochs {s.max_epochs:g})" if at_cap else "")
+    return (head + f"{how}: the sources not capped were scaled up by one common factor "
+            f"(water-filling) to fill the shortfall of {names} (on_shortfall: redistribute)")
+
+
+def share_notes(m: TrainingMixManifest) -> list[str]:
+    """One line per source whose shares, as the plan table prints them, differ: the spec's
+    weight (normalized, at token 0) vs the requested share (a ``schedule`` changes the
+    weights later on), and the requested share vs the effective one (a source capped by
+    its ``max_epochs`` x available tokens, and what ``on_shortfall`` did about it)."""
+    notes = []
+    sched = m.spec.get("schedule")
+    for s in m.sources:
+        if _pct(s.weight) != _pct(s.requested_share) and sched:
+            ats = ", ".join(f"{p['at']:,}" for p in sched.get("points", []))
+            notes.append(f"{s.name}: requested {_pct(s.requested_share)} of the run, not the "
+                         f"spec's {_pct(s.weight)}: the schedule changes the weights at "
+                         f"{sched.get('unit', 'tokens')} {ats} ({len(m.segments)} segments)")
+    capped = [s.name for s in m.sources if s.shortfall_tokens > 0]
+    for s in m.sources:
+        if _pct(s.requested_share) == _pct(s.effective_weight):
+            continue
+        notes.append(_capped_note(m, s) if s.shortfall_tokens > 0
+                     else _grown_note(m, s, capped))
+    return notes
+
+
+def plan_table(m: TrainingMixManifest) -> str:
+    """The plan as a text table, with a two-line header (name, then unit), thousands
+    separators and shares in percent: per source the spec's weight, available train
+    tokens, max epochs, requested tokens and share, epochs needed, granted tokens and
+    epochs, effective share and shortfall; then the totals, a summary line, one line per
+    share that differs from the spec's (:func:`share_notes`) and the warnings."""
+    rows = [tuple(h[0] for h in _PLAN_HEAD), tuple(h[1] for h in _PLAN_HEAD), *_plan_rows(m)]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(_PLAN_HEAD))]
     lines = []
     for j, r in enumerate(rows):
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-        if j == 0 or j == len(rows) - 2:
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip())
+        if j == 1 or j == len(rows) - 2:
             lines.append("  ".join("-" * w for w in widths))
     lines.append(f"target {m.target_tokens:,} tokens, tokenizer {m.tokenizer.short()}, "
                  f"seed {m.seed}, {len(m.segments)} schedule segment(s)")
+    lines.append("shares: % of the tokens; epochs: passes over a source's train tokens")
+    notes = share_notes(m)
+    if notes:
+        lines += ["", "why shares differ from the spec:"] + [f"  {n}" for n in notes]
     lines += [f"WARNING: {w}" for w in m.warnings]
     return "\n".join(lines)

@@ -1,12 +1,14 @@
 """CLI: ``tokenmill mix plan|build`` and ``tokenmill shards export``.
 
-* ``tokenmill mix plan SPEC`` prints the plan table (source, available tokens,
-  requested share, epochs needed, granted tokens, effective share, shortfall) and any
-  warnings; nothing is written.
-* ``tokenmill mix build SPEC -o OUT.json`` plans and writes the training
-  datamix manifest (paths inside it are relative to OUT's folder), printing the same
+* ``tokenmill mix plan SPEC`` prints the plan table (per source: spec weight, available
+  tokens, max epochs, requested tokens and share, epochs needed, granted tokens and epochs,
+  effective share, shortfall; units on a second header line, shares in %), a line for each
+  share that differs from the spec's saying why, and any warnings; nothing is written.
+* ``tokenmill mix build SPEC -o OUT.json`` plans and writes the
+  training-mix manifest (paths inside it are relative to OUT's folder), printing the same
   table.
-* ``tokenmill shards export --format modded-nanogpt MIX.json -o DIR`` writes
+* ``tokenmill shards export --format modded-nanogpt MIX.json -o DIR`` (the modded-nanogpt
+  export) writes
   ``fineweb_train_*.bin`` / ``fineweb_val_*.bin`` that modded-nanogpt reads unchanged:
   exactly the token stream ``MixLoader`` yields for ``--seq-len`` / ``--batch-size``.
 
@@ -75,21 +77,21 @@ NO_VERIFY_HELP = ("skip comparing each shard's and sidecar's sha256 with the man
 def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubParsersAction
                      ) -> None:
     """Register ``tokenmill mix`` on ``sub`` and ``export`` on the ``shards`` group."""
-    mx = sub.add_parser("mix", help="plan and build a training datamix from a mix spec")
+    mx = sub.add_parser("mix", help="plan and build a training mix from a mix spec")
     msub = mx.add_subparsers(dest="mix_command", required=True)
-    p = msub.add_parser("plan", help="print the datamix plan table; writes nothing")
+    p = msub.add_parser("plan", help="print the training-mix plan table; writes nothing")
     p.add_argument("spec", help="mix spec YAML")
     p.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     p.set_defaults(func=_plan)
-    b = msub.add_parser("build", help="write the training datamix manifest")
+    b = msub.add_parser("build", help="write the training-mix manifest")
     b.add_argument("spec", help="mix spec YAML")
-    b.add_argument("-o", "--output", required=True, help="training datamix manifest (.json)")
+    b.add_argument("-o", "--output", required=True, help="training-mix manifest to write (.json)")
     b.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     b.set_defaults(func=_build)
 
-    e = shards_sub.add_parser("export", help="write a training datamix as a shard set for "
-                                             "another trainer")
-    e.add_argument("manifest", help="training datamix manifest (tokenmill mix build)")
+    e = shards_sub.add_parser("export", help="write a training mix as the files another "
+                                             "trainer reads (the modded-nanogpt export)")
+    e.add_argument("manifest", help="training-mix manifest (tokenmill mix build)")
     e.add_argument("--format", required=True, choices=["modded-nanogpt"])
     e.add_argument("-o", "--output", required=True, help="output folder")
     e.add_argument("--shard-tokens", type=int, default=100_000_000,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tokenmill.atomic import atomic_write_text
+from tokenmill.manifests.schema import load_manifest_as
 from tokenmill.tokenizers import TokenizerIdentity
 
 MIX_SCHEMA_VERSION = 1
@@ -74,7 +75,8 @@ class CurationRef(_Model):
 
 
 class TrainingMixManifest(_Model):
-    """A training datamix manifest (``tokenmill mix build``)."""
+    """A training-mix manifest (``tokenmill mix build``): a mix spec planned over
+    curation manifests."""
 
     schema_version: int = MIX_SCHEMA_VERSION
     kind: Literal["training-mix"] = "training-mix"
@@ -100,17 +102,12 @@ class TrainingMixManifest(_Model):
 
 
 def load_mix_manifest(path: str | os.PathLike) -> TrainingMixManifest:
-    """Read a training datamix manifest.
+    """Read a training-mix manifest (``tokenmill mix build``'s ``mix.json``).
 
     Raises:
-        ValueError: the file is not a training datamix manifest of a known schema version.
+        FileNotFoundError: no such file.
+        ManifestError: (a ``ValueError``; one line naming the file) not JSON, a manifest
+            of another kind (a curation manifest is named as such), another schema version,
+            or invalid (each wrong field by its path with what was expected).
     """
-    p = Path(path)
-    data = json.loads(p.read_text())
-    if data.get("kind") != "training-mix":
-        raise ValueError(f"{p}: not a training datamix manifest (kind={data.get('kind')!r}); "
-                         "make one with `tokenmill mix build`")
-    if data.get("schema_version") != MIX_SCHEMA_VERSION:
-        raise ValueError(f"{p}: training datamix schema_version {data.get('schema_version')} "
-                         f"is not {MIX_SCHEMA_VERSION}")
-    return TrainingMixManifest.model_validate(data)
+    return load_manifest_as(path, TrainingMixManifest)

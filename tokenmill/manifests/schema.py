@@ -1,6 +1,6 @@
-"""The curation datamix manifest: a pydantic model, JSON on disk, schema versioned.
+"""The curation manifest (a datamix's result): a pydantic model, JSON on disk, schema versioned.
 
-One manifest describes one finished curation run: the datamix config and its hash,
+One manifest describes one finished curation run: the curation config and its hash,
 the tokenizer identity, and per source its origin, license, counts, tokens, mixture
 weight and shards (each with split, tokens, documents and sha256). It holds no
 timestamps or absolute paths, so two identical runs give byte-identical manifests.
@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenmill.atomic import atomic_write_text
+from tokenmill.errors import field_lines
 from tokenmill.tokenizers import TokenizerIdentity
 
 SCHEMA_VERSION = 1
@@ -25,6 +26,9 @@ MANIFEST_NAME = "manifest.json"
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class ShardEntry(_Model):
@@ -74,6 +78,27 @@ class SourceCounts(_Model):
         return sum(self.removed_by(f) for f in self.removal_fields())
 
 
+class InputFile(_Model):
+    """One data file a source's documents were read from."""
+
+    path: str = Field(description="relative to the source's folder (origin), posix; bytes "
+                      "that are not UTF-8 shown as \\xNN escapes")
+    size: int = Field(description="bytes")
+    sha256: str = Field(description="of the file's bytes, as read; part of the cache key of "
+                        "its blocks, so new bytes are curated again whatever the mtime")
+
+
+class ValidationSplit(_Model):
+    """How a source's validation split came about (``shards`` in the datamix)."""
+
+    min_documents: int = Field(default=0, description="the source's minimum of validation "
+                               "documents (0: none)")
+    by_fraction: int = Field(default=0, description="documents the val_fraction hash put in "
+                             "val")
+    added: int = Field(default=0, description="documents moved from train to val, next in "
+                       "the same hash order, to reach min_documents")
+
+
 class SourceEntry(_Model):
     name: str
     origin: str = Field(description="local path relative to the data root, or hub:org/name")
@@ -89,9 +114,28 @@ class SourceEntry(_Model):
     shards: list[ShardEntry]
     skipped_files: list[str] = Field(
         default_factory=list, description="files under the source not read (unsupported type)")
+    files: list[InputFile] = Field(
+        default_factory=list, description="the data files read, in order, with size and sha256")
+    validation: ValidationSplit = Field(default_factory=ValidationSplit)
     stages: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-stage counters, by stage name"
     )
+
+
+WarningKind = Literal["empty_file", "empty_source", "quarantine_share"]
+
+
+class CurationWarning(_Model):
+    """An outcome a user must not miss (``tokenmill run --strict`` makes it an error):
+    ``empty_file`` (a data file yields no document), ``empty_source`` (a source keeps no
+    document), ``quarantine_share`` (more of a source's rows quarantined than the
+    datamix's ``checks.max_quarantine_share``)."""
+
+    kind: WarningKind
+    source: str
+    file: str | None = Field(default=None, description="for empty_file: relative to the "
+                             "source's folder")
+    message: str = Field(description="one line, naming the source (and file)")
 
 
 class QuarantineEntry(_Model):
@@ -114,6 +158,8 @@ class DatamixManifest(_Model):
     fuzzy_dedup: dict[str, Any] | None = Field(
         default=None, description="MinHash-LSH parameters (num_perm, bands, rows, threshold, "
         "ngram, seed, hash) and counters, when fuzzy dedup ran")
+    warnings: list[CurationWarning] = Field(
+        default_factory=list, description="outcomes a user must not miss, in source order")
 
     def shards(self, split: str | None = None) -> list[ShardEntry]:
         return [s for src in self.sources for s in src.shards if split in (None, s.split)]
@@ -127,24 +173,83 @@ class DatamixManifest(_Model):
         return path
 
 
-def load_manifest(path: str | os.PathLike) -> DatamixManifest:
-    """Read a manifest file (or a folder holding ``manifest.json``).
+#: What each kind of JSON file is, in words, for errors naming a file of the wrong kind.
+MANIFEST_KINDS: dict[str, str] = {
+    "curation": "a curation manifest (`tokenmill run` writes manifest.json)",
+    "training-mix": "a training-mix manifest (`tokenmill mix build` writes it)",
+    "modded-nanogpt-export": "a modded-nanogpt export's export.json (`tokenmill shards "
+                             "export` writes it)",
+}
+
+
+_MAX_FIELDS = 5  # wrong fields named in one error line (then "... and N more")
+
+
+class ManifestError(ValueError):
+    """A manifest file cannot be read as the kind expected; the one-line message names the
+    file, then what is wrong (the other kind, the schema version, or the wrong fields by
+    their path with what was expected)."""
+
+
+def manifest_kind(data: dict[str, Any]) -> str:
+    """The kind of a parsed manifest JSON object: its ``kind`` field; an export's
+    ``export.json`` (``format: modded-nanogpt``); else ``"curation"`` (the curation
+    manifest is the one kind that may lack the field)."""
+    if "kind" in data:
+        return str(data["kind"])
+    if data.get("format") == "modded-nanogpt" and "files" in data:
+        return "modded-nanogpt-export"
+    return "curation"
+
+
+def load_manifest_as(path: str | os.PathLike, model: type[_M]) -> _M:
+    """Read a manifest of ``model``'s kind and schema version (the defaults of its
+    ``kind`` and ``schema_version`` fields) from a JSON file, or from ``manifest.json`` in a
+    folder.
 
     Raises:
-        FileNotFoundError: no manifest there.
-        ValueError: the schema version is not one this tokenmill reads, or the JSON is
-            not a valid manifest (pydantic's message names the field).
+        FileNotFoundError: no such file.
+        ManifestError: (one line, naming the file) not JSON, not a JSON object, of another
+            kind (named as such: a training-mix manifest where a curation one is expected,
+            or the reverse), of another schema version, or invalid (each wrong field by its
+            path with what was expected; no pydantic dump).
     """
+    kind = model.model_fields["kind"].default
+    version = model.model_fields["schema_version"].default
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no manifest here")
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: not found (expected {MANIFEST_KINDS[kind]})")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{p}: not a JSON manifest ({e})") from e
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        got = data.get("schema_version") if isinstance(data, dict) else None
-        raise ValueError(f"{p}: manifest schema_version {got} is not {SCHEMA_VERSION}")
-    return DatamixManifest.model_validate(data)
+        raise ManifestError(f"{p}: not a JSON manifest ({e})") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{p}: not a manifest (a JSON {type(data).__name__}, expected "
+                            "an object)")
+    got = manifest_kind(data)
+    if got != kind:
+        what = MANIFEST_KINDS.get(got, f"a file of kind {got!r}")
+        raise ManifestError(f"{p}: this is {what}, but {MANIFEST_KINDS[kind]} is expected here")
+    if data.get("schema_version") != version:
+        raise ManifestError(f"{p}: {kind} manifest schema_version "
+                            f"{data.get('schema_version')!r}, expected {version} (written by "
+                            "another tokenmill version?)")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        fields = "; ".join(x.strip() for x in field_lines(e, _MAX_FIELDS, model.model_fields))
+        raise ManifestError(f"{p}: invalid {kind} manifest: {fields}") from None
+
+
+def load_manifest(path: str | os.PathLike) -> DatamixManifest:
+    """Read a curation manifest file (or a folder holding ``manifest.json``).
+
+    Raises:
+        FileNotFoundError: no manifest there.
+        ManifestError: (a ``ValueError``; one line naming the file) not JSON, a manifest
+            of another kind (named as such), another schema version, or invalid (each
+            wrong field by its path with what was expected); see :func:`load_manifest_as`.
+    """
+    return load_manifest_as(path, DatamixManifest)

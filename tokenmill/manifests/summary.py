@@ -1,4 +1,5 @@
-"""The end-of-run summary table (per source: documents in, removed by reason, kept, tokens).
+"""The end-of-run summary table (per source: documents in, removed by reason, kept, tokens,
+warnings), then the removal reasons and the run's warnings, one line each.
 
 Its count columns are the fields of :class:`~tokenmill.manifests.schema.SourceCounts`
 (titled by each field's ``title``), so a new kind of removal shows up here by being a
@@ -16,12 +17,18 @@ def _fmt_reasons(d: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "-"
 
 
-def _license_families(d: dict[str, int]) -> dict[str, int]:
-    """Licenses by family (version and jurisdiction dropped); the full ids are in the
-    manifest."""
+def license_family(lic: str) -> str:
+    """A license id's family: version and jurisdiction dropped
+    (``cc-by-nc-sa-3.0-es`` -> ``cc-by-nc-sa``)."""
+    return re.sub(r"-\d+(\.\d+)*(-[a-z]+)?$", "", lic)
+
+
+def license_families(d: dict[str, int]) -> dict[str, int]:
+    """Counts by license id summed by :func:`license_family`, sorted by family; the full
+    ids are in the manifest."""
     fam: dict[str, int] = {}
     for lic, n in d.items():
-        f = re.sub(r"-\d+(\.\d+)*(-[a-z]+)?$", "", lic)
+        f = license_family(lic)
         fam[f] = fam.get(f, 0) + n
     return dict(sorted(fam.items()))
 
@@ -30,13 +37,16 @@ def _table_rows(m: DatamixManifest) -> list[tuple[str, ...]]:
     fields = SourceCounts.model_fields
     counts = ["read", *SourceCounts.removal_fields(), "kept"]
     rows = [("source", "license", *(fields[f].title or f for f in counts),
-             "train tokens", "val tokens", "shards")]
+             "train tokens", "val tokens", "shards", "warnings")]
     tot = [0] * (len(counts) + 2)
     for s in m.sources:
         vals = [s.counts.removed_by(f) for f in counts] + [s.tokens["train"], s.tokens["val"]]
         tot = [a + b for a, b in zip(tot, vals, strict=True)]
-        rows.append((s.name, s.license, *map(str, vals), str(len(s.shards))))
-    rows.append(("TOTAL", "", *map(str, tot), str(sum(len(s.shards) for s in m.sources))))
+        warned = sum(1 for w in m.warnings if w.source == s.name)
+        rows.append((s.name, s.license, *map(str, vals), str(len(s.shards)),
+                     str(warned) if warned else "-"))
+    rows.append(("TOTAL", "", *map(str, tot), str(sum(len(s.shards) for s in m.sources)),
+                 str(len(m.warnings)) if m.warnings else "-"))
     return rows
 
 
@@ -50,7 +60,7 @@ def _reason_details(m: DatamixManifest) -> list[str]:
             reasons = getattr(s.counts, f)
             if reasons:
                 if extra.get("by_family"):
-                    reasons = _license_families(reasons)
+                    reasons = license_families(reasons)
                 parts.append(f"{extra['reason_label']}: {_fmt_reasons(reasons)}")
         if parts:
             details.append(f"  {s.name}: " + "; ".join(parts))
@@ -71,4 +81,7 @@ def summary_table(m: DatamixManifest) -> str:
     details = _reason_details(m)
     if details:
         lines += ["", "removed by reason:", *details]
+    if m.warnings:
+        lines += ["", f"warnings ({len(m.warnings)}; `tokenmill run --strict` makes them "
+                      "errors):", *(f"  WARNING {w.message}" for w in m.warnings)]
     return "\n".join(lines)

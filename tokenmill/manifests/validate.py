@@ -10,12 +10,18 @@ problem, each naming the file, instead of stopping at the first.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.schema import MANIFEST_NAME, load_manifest
 from tokenmill.manifests.shards import (
+    MAGIC,
+    VERSION_UINT16,
+    ShardHeader,
     read_header,
     read_sidecar,
     read_tokens,
@@ -69,44 +75,160 @@ def describe_manifest(path: str | Path) -> str:
     return head + "\n\n" + summary_table(m)
 
 
-def _find_manifest(shard: Path) -> Path | None:
-    for parent in shard.resolve().parents:
-        if (parent / MANIFEST_NAME).exists():
-            return parent / MANIFEST_NAME
+def _listing_manifest(shard: Path) -> tuple[str, str] | None:
+    """(tokenizer name, where from) recorded beside ``shard``: the nearest enclosing curation
+    ``manifest.json`` that lists it, else an ``export.json`` in its folder (a modded-nanogpt
+    export); ``None`` when there is neither."""
+    target = shard.resolve()
+    for parent in target.parents:
+        mpath = parent / MANIFEST_NAME
+        if mpath.is_file():
+            try:
+                m = load_manifest(mpath)
+            except (ValueError, OSError):
+                continue
+            if any((parent / s.path).resolve() == target for s in m.shards()):
+                return m.tokenizer.name, f"the curation manifest {mpath}"
+    export = target.parent / "export.json"
+    if export.is_file():
+        try:
+            name = json.loads(export.read_text(encoding="utf-8"))["tokenizer"]["name"]
+        except (ValueError, KeyError, TypeError, OSError):
+            return None
+        return str(name), f"the export's {export}"
     return None
+
+
+def implied_encoding(h: ShardHeader, tokens: np.ndarray) -> tuple[str, str]:
+    """The tiktoken encoding a shard's header implies, and why.
+
+    Version 1 (uint16 tokens) is modded-nanogpt's FineWeb format, whose tokenizer is GPT-2.
+    Version 2 (uint32) is tokenmill's format for vocabularies over 65,536 ids, which among
+    the supported encodings are ``cl100k_base`` and ``o200k_base``: the first token (every
+    tokenmill document starts with EOT) picks the one whose EOT it is; failing that, the
+    largest id picks the smallest vocabulary that holds it.
+
+    Returns:
+        (encoding name, one-line reason).
+    """
+    from tokenmill.tokenizers import get_encoding
+
+    if h.version == VERSION_UINT16:
+        return "gpt2", ("header version 1 = uint16 tokens, modded-nanogpt's FineWeb format, "
+                        "whose tokenizer is GPT-2")
+    why = ("header version 2 = uint32 tokens, tokenmill's format for vocabularies over "
+           "65,536 ids (cl100k_base or o200k_base)")
+    first = int(tokens[0]) if tokens.size else -1
+    for name in ("cl100k_base", "o200k_base"):
+        if first == get_encoding(name).eot_token:
+            return name, f"{why}; the first token {first:,} is {name}'s EOT"
+    top = int(tokens.max()) if tokens.size else 0
+    name = "cl100k_base" if top < get_encoding("cl100k_base").n_vocab else "o200k_base"
+    return name, (f"{why}; the first token is no known EOT, the largest id {top:,} fits "
+                  f"{name} (a guess)")
+
+
+def tokenizer_warnings(h: ShardHeader, tokens: np.ndarray, enc, name: str,
+                       doc_starts: np.ndarray | None) -> list[str]:
+    """Why encoding ``enc`` (called ``name``) cannot have made the shard: ids out of its
+    range, no EOT token at all, a header version other than the one its vocabulary is
+    written with, or documents (``doc_starts``: the sidecar's offsets) not starting with
+    EOT. Empty when nothing speaks against it."""
+    out = []
+    if tokens.size and int(tokens.max()) >= enc.n_vocab:
+        out.append(f"token ids up to {int(tokens.max()):,}, but {name} has {enc.n_vocab:,} "
+                   f"ids (0 to {enc.n_vocab - 1:,}): this shard was not made with {name}")
+    if tokens.size and not bool((tokens == enc.eot_token).any()):
+        out.append(f"no EOT token ({name}'s is {enc.eot_token:,}) in the shard, but every "
+                   "document of a tokenmill or modded-nanogpt shard starts with one: made "
+                   "with another tokenizer?")
+    want = version_for_vocab(enc.n_vocab)
+    if h.version != want:
+        out.append(f"header version {h.version} ({np.dtype(h.dtype).name}), but {name} "
+                   f"({enc.n_vocab:,} ids) is written as version {want}")
+    if doc_starts is not None and doc_starts.size and tokens.size:
+        bad = int((tokens[doc_starts.astype(np.int64)] != enc.eot_token).sum())
+        if bad:
+            out.append(f"{bad:,} of {doc_starts.size:,} documents (sidecar offsets) do not "
+                       f"start with {name}'s EOT {enc.eot_token:,}")
+    return out
+
+
+def _doc_spans(tokens: np.ndarray, side, eot: int, docs: int) -> list[tuple[str, int, int]]:
+    """(label, start, length) of the first ``docs`` documents: from the sidecar, else split
+    at the EOT tokens (else the first 1,000 tokens)."""
+    if side is not None:
+        offs = side.column("offset").to_numpy()[:docs]
+        lens = side.column("n_tokens").to_numpy()[:docs]
+        keys = side.column("key").to_pylist()[:docs]
+        return [(str(k), int(o), int(n)) for k, o, n in zip(keys, offs, lens, strict=True)]
+    starts = np.flatnonzero(tokens == eot)
+    if starts.size == 0:
+        return [("no EOT: the first tokens", 0, min(1000, int(tokens.size)))]
+    bounds = np.append(starts, tokens.size)
+    return [("split at EOT, no sidecar", int(a), int(b - a))
+            for a, b in zip(bounds[:docs], bounds[1:docs + 1], strict=False)]
+
+
+def _decoded(tokens: np.ndarray, spans: list[tuple[str, int, int]], enc) -> list[str]:
+    """Each span decoded (leading EOT dropped; invalid UTF-8 shown as ``\\x..`` escapes, never
+    as U+FFFD), cut at 300 characters."""
+    out = []
+    for i, (label, a, n) in enumerate(spans):
+        seg = np.asarray(tokens[a:a + n])
+        if seg.size and int(seg[0]) == enc.eot_token:
+            seg = seg[1:]
+        text = enc.decode_bytes(seg.tolist()).decode("utf-8", errors="backslashreplace")
+        preview = text[:300].replace("\n", "\\n") + ("…" if len(text) > 300 else "")
+        out.append(f"\n[{i}] {label}  ({n:,} tokens)\n{preview}")
+    return out
 
 
 def inspect_shard(path: str | Path, tokenizer: str | None = None, docs: int = 3) -> str:
     """Header, counts and the first ``docs`` documents of a shard, decoded.
 
-    The tokenizer is taken from the nearest enclosing manifest unless given.
+    The tokenizer is ``tokenizer`` when given, else the one recorded by the curation
+    manifest that lists the shard (or by a modded-nanogpt export's ``export.json``), else
+    the one the header's version implies (:func:`implied_encoding`); the output says which
+    and why. ``WARNING:`` lines say when that tokenizer cannot have made the shard
+    (:func:`tokenizer_warnings`), and then nothing is decoded.
+
+    Raises:
+        ShardError: the file is not a shard (bad magic, version or length).
+        ValueError: an unknown tokenizer name, or an unreadable sidecar.
     """
     from tokenmill.tokenizers import get_encoding
 
     p = Path(path)
     h = read_header(p)
     tokens = read_tokens(p)
-    lines = [f"shard    {p}", f"magic    20240520  version {h.version} "
-             f"({'uint16' if h.version == 1 else 'uint32'})  tokens {h.n_tokens}"]
-    if tokenizer is None:
-        mpath = _find_manifest(p)
-        if mpath is not None:
-            tokenizer = load_manifest(mpath).tokenizer.name
+    lines = [f"shard      {p}",
+             f"header     magic {MAGIC} (modded-nanogpt), version {h.version} = "
+             f"{np.dtype(h.dtype).name} tokens, {h.n_tokens:,} tokens"]
     side = read_sidecar(p) if sidecar_path(p).exists() else None
     if side is not None:
-        lines.append(f"documents {side.num_rows}  sidecar columns {side.column_names}")
-    if tokenizer is None or side is None:
-        return "\n".join(lines)
-    enc = get_encoding(tokenizer)
-    eot = int((tokens == enc.eot_token).sum())
-    lines.append(f"EOT tokens {eot}  tokenizer {tokenizer}")
-    offs = side.column("offset").to_numpy()
-    lens = side.column("n_tokens").to_numpy()
-    keys = side.column("key").to_pylist()
-    for i in range(min(docs, side.num_rows)):
-        seg = tokens[int(offs[i]) : int(offs[i]) + int(lens[i])]
-        text = enc.decode(seg[1:].tolist())
-        preview = text[:300].replace("\n", "\\n")
-        lines.append(f"\n[{i}] {keys[i]}  ({int(lens[i])} tokens)\n{preview}"
-                     + ("…" if len(text) > 300 else ""))
+        lines.append(f"documents  {side.num_rows:,} (sidecar columns "
+                     f"{', '.join(side.column_names)})")
+    else:
+        lines.append(f"documents  no sidecar ({sidecar_path(p).name}): split at EOT tokens")
+    recorded = _listing_manifest(p)
+    warnings = []
+    if tokenizer is not None:
+        name, why = tokenizer, "given with --tokenizer"
+        if recorded and recorded[0] != tokenizer:
+            warnings.append(f"{recorded[1]} says {recorded[0]}, not {tokenizer}")
+    else:
+        name, why = recorded if recorded else implied_encoding(h, tokens)
+        why = f"from {why}" if recorded else why
+    enc = get_encoding(name)
+    lines.append(f"tokenizer  {name} ({why})")
+    lines.append(f"EOT        {int((tokens == enc.eot_token).sum()):,} tokens (id "
+                 f"{enc.eot_token:,})")
+    starts = side.column("offset").to_numpy() if side is not None else None
+    warnings += tokenizer_warnings(h, tokens, enc, name, starts)
+    lines += [f"WARNING: {w}" for w in warnings]
+    if tokens.size and int(tokens.max()) >= enc.n_vocab:
+        lines.append(f"(not decoded: ids out of {name}'s range; try --tokenizer)")
+    elif docs > 0:
+        lines += _decoded(tokens, _doc_spans(tokens, side, enc.eot_token, docs), enc)
     return "\n".join(lines)

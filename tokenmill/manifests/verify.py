@@ -18,7 +18,6 @@ commands print.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,26 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError
-
 from tokenmill.atomic import sha256_file
-from tokenmill.errors import one_line
-from tokenmill.manifests.mixschema import (
-    MIX_SCHEMA_VERSION,
-    MixShard,
-    TrainingMixManifest,
-)
+from tokenmill.manifests.mixschema import MixShard, TrainingMixManifest
 from tokenmill.manifests.schema import (
     MANIFEST_NAME,
-    SCHEMA_VERSION,
     DatamixManifest,
+    ManifestError,
     ShardEntry,
+    load_manifest_as,
 )
 from tokenmill.manifests.shards import ShardError, read_header, sidecar_path
 
 Kind = Literal["curation", "training-mix"]
-_KIND_WORDS = {"curation": "a curation manifest (`tokenmill run` writes manifest.json)",
-               "training-mix": "a training-mix manifest (`tokenmill mix build` writes it)"}
 _MAX_NAMED = 8  # differing files named in one error line
 
 
@@ -108,26 +99,11 @@ def read_manifest(path: str | os.PathLike, kind: Kind = "curation"
         where = f"{p.parent} has no {p.name}" if Path(path).is_dir() else f"{p}: not found"
         raise ShardVerifyError(f"{where}: no {kind} manifest (an unfinished or "
                                "half-written output folder?)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ShardVerifyError(f"{p}: not a JSON manifest ({e})") from None
-    if not isinstance(data, dict):
-        raise ShardVerifyError(f"{p}: not a manifest (a JSON {type(data).__name__}, "
-                               "expected an object)")
-    got = data.get("kind", "curation")
-    if got != kind:
-        what = _KIND_WORDS.get(got, f"a file of kind {got!r}")
-        raise ShardVerifyError(f"{p}: this is {what}, but {_KIND_WORDS[kind]} is expected here")
-    want_version = SCHEMA_VERSION if kind == "curation" else MIX_SCHEMA_VERSION
-    if data.get("schema_version") != want_version:
-        raise ShardVerifyError(f"{p}: {kind} manifest schema_version "
-                               f"{data.get('schema_version')!r} is not {want_version}")
     model = DatamixManifest if kind == "curation" else TrainingMixManifest
     try:
-        return p, model.model_validate(data)
-    except ValidationError as e:
-        raise ShardVerifyError(f"{p}: invalid {kind} manifest: {one_line(e)}") from None
+        return p, load_manifest_as(p, model)
+    except ManifestError as e:
+        raise ShardVerifyError(str(e)) from None
 
 
 def listed_shards(m: DatamixManifest | TrainingMixManifest, root: Path,

@@ -1,8 +1,13 @@
-"""Per-source counts and per-stage counters of the manifest, derived from the stage list.
+"""Per-source counts and per-stage counters of the manifest, derived from the stage list,
+and the warnings of a run.
 
 Each :class:`~tokenmill.pipeline.stages.StageDef` says which ``SourceCounts`` field its
 removals go to (``counts``), and whether the manifest's ``stages`` records it; nothing
 here names a stage.
+
+Warnings (:func:`source_warnings`): nothing is silent. A data file that yields no
+document, a source that keeps none, and a source with more of its rows quarantined than
+``checks.max_quarantine_share`` are each one line in the manifest's ``warnings``.
 """
 
 from __future__ import annotations
@@ -11,7 +16,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenmill.manifests.schema import ShardEntry, SourceCounts, SourceEntry
+from tokenmill.manifests.schema import (
+    CurationWarning,
+    InputFile,
+    ShardEntry,
+    SourceCounts,
+    SourceEntry,
+    ValidationSplit,
+)
 from tokenmill.pipeline.sources import ResolvedSource
 from tokenmill.pipeline.stages import STAGES, StageDef
 
@@ -88,13 +100,14 @@ def _extras(aggs: dict[str, _Agg]) -> dict[str, dict[str, int]]:
 
 
 def source_entry(src: ResolvedSource, blocks: list[tuple[dict, dict]],
-                 written: dict[str, Any]) -> SourceEntry:
+                 written: dict[str, Any], files: list[InputFile] | None = None) -> SourceEntry:
     """The manifest entry of one source.
 
     Args:
         src: the source.
         blocks: its blocks in order, each ``(prepare info, tokenize info)``.
-        written: what its shard-writing task returned (``shards``).
+        written: what its shard-writing task returned (``shards``, ``validation``).
+        files: its data files with size and sha256.
 
     Raises:
         AssertionError: rows read != kept + removed (a stage lost count of a document).
@@ -109,5 +122,67 @@ def source_entry(src: ResolvedSource, blocks: list[tuple[dict, dict]],
         mixture_weight=src.config.weight, counts=counts, **_extras(aggs),
         tokens={s: sum(x.tokens for x in shards if x.split == s) for s in splits},
         documents={s: sum(x.documents for x in shards if x.split == s) for s in splits},
-        shards=shards, skipped_files=src.skipped_files,
+        shards=shards, skipped_files=src.skipped_files, files=files or [],
+        validation=ValidationSplit(**written.get("validation", {})),
         stages=_manifest_stages(read, aggs))
+
+
+def printable_path(rel: str) -> str:
+    """A file name as valid UTF-8: bytes the file system gave that are not UTF-8 (held as
+    surrogate escapes) are shown as ``\\xNN``."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def file_documents(files: list[str], prepare_infos: list[dict[str, Any]]
+                   ) -> dict[str, dict[str, Any]]:
+    """Per data file of a source (``files``, in order): ``{"docs": documents read,
+    "rejected": {reason: rows quarantined while reading}}``, summed over its blocks'
+    prepare infos (their ``files``)."""
+    out: dict[str, dict[str, Any]] = {f: {"docs": 0, "rejected": Counter()} for f in files}
+    for info in prepare_infos:
+        for rel, c in info.get("files", {}).items():
+            agg = out.setdefault(rel, {"docs": 0, "rejected": Counter()})
+            agg["docs"] += c["docs"]
+            agg["rejected"].update(c["rejected"])
+    return out
+
+
+def _reasons(d: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def source_warnings(entry: SourceEntry, files: dict[str, dict[str, Any]],
+                    max_quarantine_share: float) -> list[CurationWarning]:
+    """The warnings of one source: each file that yields no document, the source keeping
+    no document, and the source's quarantined share over ``max_quarantine_share``.
+
+    Args:
+        entry: the source's manifest entry.
+        files: :func:`file_documents` of the source.
+        max_quarantine_share: in [0, 1], of the rows read.
+    """
+    name, c = entry.name, entry.counts
+    out = []
+    for rel, f in files.items():
+        if f["docs"] == 0:
+            rows = sum(f["rejected"].values())
+            why = f"every row quarantined: {_reasons(f['rejected'])}" if rows else "no rows"
+            out.append(CurationWarning(
+                kind="empty_file", source=name, file=printable_path(rel),
+                message=f"source {name!r}: file {printable_path(rel)} yields no document "
+                        f"({why})"))
+    if c.kept == 0:
+        removed = {SourceCounts.model_fields[k].title or k: c.removed_by(k)
+                   for k in SourceCounts.removal_fields() if c.removed_by(k)}
+        out.append(CurationWarning(
+            kind="empty_source", source=name,
+            message=f"source {name!r} keeps 0 of {c.read} documents"
+                    + (f" (removed: {_reasons(removed)})" if removed else "")))
+    quarantined = sum(c.quarantined.values())
+    if c.read and quarantined / c.read > max_quarantine_share:
+        out.append(CurationWarning(
+            kind="quarantine_share", source=name,
+            message=f"source {name!r}: {quarantined} of {c.read} rows quarantined "
+                    f"({quarantined / c.read:.0%}, over checks.max_quarantine_share "
+                    f"{max_quarantine_share:.0%}): {_reasons(c.quarantined)}"))
+    return out

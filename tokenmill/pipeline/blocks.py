@@ -15,6 +15,11 @@ block is content-addressed and committed on its own:
 read settings, block index)``: changing one stage's parameters recomputes exactly that
 stage and the ones after it, and a rerun after a crash skips finished blocks (without
 parsing their rows) and finished stages.
+
+A unit's files enter its key by path, size and the sha256 of their bytes (never the
+mtime: archives and copies keep or reset mtimes whatever the content), hashed by the task
+itself in one streaming pass just before it parses them (the parse then reads the bytes
+from the page cache). New bytes in a file redo exactly that file's blocks.
 """
 
 from __future__ import annotations
@@ -31,15 +36,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.atomic import atomic_open
+from tokenmill.atomic import atomic_open, sha256_file
 from tokenmill.pipeline import quarantine
 from tokenmill.pipeline.intermediate import StageOutput, content_hash
 from tokenmill.pipeline.readers import read_file
 from tokenmill.pipeline.stages import build_stage, metadata_columns
 from tokenmill.pipeline.step import Document, Rejection
 
-PREPARE_VERSION = 4
-READ_VERSION = 1
+PREPARE_VERSION = 5
+READ_VERSION = 2
+#: the spec keys that, with the files' content, make a unit's read address
+READ_SETTINGS = ("source", "text_field", "max_document_bytes", "limit", "block_documents")
 
 
 def write_parquet(path: Path, table: pa.Table) -> None:
@@ -56,18 +63,40 @@ def fault_injection_delay() -> None:
         time.sleep(delay)
 
 
-def _unit_items(spec: dict[str, Any], skip: int) -> Iterator[Document | Rejection]:
-    """The unit's rows in order, the first ``skip`` passed over."""
+def _unit_items(spec: dict[str, Any], skip: int
+                ) -> Iterator[tuple[str, Document | Rejection]]:
+    """The unit's rows in order as ``(file, row)``, the first ``skip`` passed over."""
     root = Path(spec["root"])
     files = spec["files"]
     if len(files) == 1:
-        yield from read_file(root, files[0], spec["source"], spec["text_field"],
-                             spec["max_document_bytes"], spec["limit"], skip=skip)
+        for item in read_file(root, files[0], spec["source"], spec["text_field"],
+                              spec["max_document_bytes"], spec["limit"], skip=skip):
+            yield files[0], item
         return
     # several files only for one-document-per-file formats: one row per file
     for rel in files[skip:]:
-        yield from read_file(root, rel, spec["source"], spec["text_field"],
-                             spec["max_document_bytes"], spec["limit"])
+        for item in read_file(root, rel, spec["source"], spec["text_field"],
+                              spec["max_document_bytes"], spec["limit"]):
+            yield rel, item
+
+
+def hash_files(root: str | os.PathLike, files: list[str]) -> list[list]:
+    """``[[path, size in bytes, sha256 hex]]`` of ``files`` (relative to ``root``), each
+    read once in 1 MiB chunks.
+
+    Raises:
+        OSError: a file cannot be read (the unit's task fails naming it).
+    """
+    out = []
+    for rel in files:
+        path = Path(root) / rel
+        out.append([rel, path.stat().st_size, sha256_file(path)])
+    return out
+
+
+def unit_digest(spec: dict[str, Any], files: list[list]) -> str:
+    """A unit's read address: its read settings and its files' ``[path, size, sha256]``."""
+    return content_hash("read", READ_VERSION, {k: spec[k] for k in READ_SETTINGS}, files)
 
 
 def stage_fingerprints(spec: dict[str, Any]) -> dict[str, str]:
@@ -76,11 +105,11 @@ def stage_fingerprints(spec: dict[str, Any]) -> dict[str, str]:
             for name, kw in [*spec["stages"], *spec["globals"]]}
 
 
-def block_keys(spec: dict[str, Any], index: int, fingerprints: dict[str, str]
+def block_keys(spec: dict[str, Any], digest: str, index: int, fingerprints: dict[str, str]
                ) -> dict[str, str]:
     """The content addresses of block ``index``'s outputs: ``read``, each document
-    stage's (chained), and ``prepare``."""
-    key = content_hash(spec["digest"], "block", index)
+    stage's (chained), and ``prepare``; ``digest`` is the unit's (:func:`unit_digest`)."""
+    key = content_hash(digest, "block", index)
     keys = {"read": key}
     for name, kw in spec["stages"]:
         key = content_hash(key, name, fingerprints[name], kw)
@@ -90,21 +119,27 @@ def block_keys(spec: dict[str, Any], index: int, fingerprints: dict[str, str]
     return keys
 
 
-def prepare_unit(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Read and prepare one unit, block by block.
+def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
+    """Hash, read and prepare one unit, block by block.
 
-    ``spec`` keys: work, digest (the unit's read address), source, root, files,
-    text_field, max_document_bytes, limit, block_documents, stages and globals
-    (``[(stage name, constructor kwargs)]`` of the source's document and global stages).
+    ``spec`` keys: work, source, root, files, text_field, max_document_bytes, limit,
+    block_documents, stages and globals (``[(stage name, constructor kwargs)]`` of the
+    source's document and global stages).
 
-    Returns, per block in order, ``{"digest", "info", "reused": {stage: bool}}``; info
-    holds the counters (``read``, ``docs``, ``last``, ``stages``).
+    Returns ``{"files": [[path, size, sha256]], "hash_seconds": float, "blocks": [...]}``
+    with, per block in order, ``{"digest", "info", "reused": {stage: bool}}``; info holds
+    the counters (``read``, ``docs``, ``last``, ``stages``, and ``files``: per file of the
+    block ``{"docs": documents read, "rejected": {reason: rows}}``).
     """
     fault_injection_delay()
+    t0 = time.perf_counter()
+    files = hash_files(spec["root"], spec["files"])
+    hash_seconds = time.perf_counter() - t0
+    digest = unit_digest(spec, files)
     blocks: list[dict[str, Any]] = []
     fingerprints = stage_fingerprints(spec)
     for index in itertools.count():
-        keys = block_keys(spec, index, fingerprints)
+        keys = block_keys(spec, digest, index, fingerprints)
         out = StageOutput(spec["work"], "prepare", keys["prepare"])
         done = out.load_done()
         if done is None:
@@ -113,7 +148,7 @@ def prepare_unit(spec: dict[str, Any]) -> list[dict[str, Any]]:
             info, reused = done["info"], {name: True for name in keys}
         blocks.append({"digest": keys["prepare"], "info": info, "reused": reused})
         if info["last"]:
-            return blocks
+            return {"files": files, "hash_seconds": hash_seconds, "blocks": blocks}
     raise AssertionError("unreachable")
 
 
@@ -174,17 +209,25 @@ def _read_block(spec: dict[str, Any], index: int, out: StageOutput
     items = itertools.islice(_unit_items(spec, index * n), n + 1)
     docs: list[Document] = []
     rejected: list[Rejection] = []
+    per_file: dict[str, dict[str, Any]] = {}
     n_read, last = 0, True
-    for item in items:
+    for rel, item in items:
         if n_read == n:  # a row beyond this block exists: not the last block
             last = False
             break
         n_read += 1
-        (rejected if isinstance(item, Rejection) else docs).append(item)
+        counts = per_file.setdefault(rel, {"docs": 0, "rejected": {}})
+        if isinstance(item, Rejection):
+            rejected.append(item)
+            counts["rejected"][item.reason] = counts["rejected"].get(item.reason, 0) + 1
+        else:
+            docs.append(item)
+            counts["docs"] += 1
     reasons: dict[str, int] = {}
     for r in rejected:
         reasons[r.reason] = reasons.get(r.reason, 0) + 1
-    info = {"read": n_read, "last": last, "rejected": dict(sorted(reasons.items()))}
+    info = {"read": n_read, "last": last, "rejected": dict(sorted(reasons.items())),
+            "files": per_file}
     _commit(out, _docs_table(docs), rejected, info)
     return docs, info, False
 
@@ -235,7 +278,7 @@ def _prepare_block(spec: dict[str, Any], index: int, keys: dict[str, str],
     rows = pa.concat_tables([quarantine.read_quarantine(p) for p in q_paths]).to_pylist()
     rejected = [Rejection(**r) for r in sorted(rows, key=lambda r: r["key"])]
     info = {"read": read_info["read"], "docs": len(docs), "last": read_info["last"],
-            "stages": stages}
+            "stages": stages, "files": read_info["files"]}
     _commit(out, pa.table(cols), rejected, info)
     reused["prepare"] = False
     if out.problem:

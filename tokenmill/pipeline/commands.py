@@ -44,17 +44,38 @@ def _run(args: argparse.Namespace) -> int:
     skipped = [f"{s.name}: {f}" for s in res.manifest.sources for f in s.skipped_files]
     if skipped:
         print(f"not read (unsupported file types): {'; '.join(skipped)}")
-    print(f"blocks: {res.total_units} ({res.reused_units} reused from an earlier run; "
-          f"read+normalize reused {res.reused_prepare}, tokenize reused "
-          f"{res.reused_tokenize})   wall time: {res.seconds:.1f} s")
+    print(blocks_line(res))
+    size = (f"{res.input_bytes / 1e6:,.1f} MB" if res.input_bytes >= 1e6
+            else f"{res.input_bytes:,} bytes")
+    print(f"inputs: {sum(len(s.files) for s in res.manifest.sources)} files, {size}, "
+          f"sha256 (the resume cache's key) in {res.hash_seconds:.2f} s of task time")
     if not args.no_report:
         from tokenmill.pipeline.report import write_report
 
         rep = write_report(Path(res.manifest_path).parent)
         print(f"report:   {rep.html} ({len(rep.images)} plots)")
+    if args.write_text or cfg.write_text:
+        from tokenmill.pipeline.hubtext import write_hub_text
+
+        txt = write_hub_text(Path(res.manifest_path).parent)
+        print(f"text:     {txt.folder} ({txt.documents} documents in {len(txt.files)} parquet "
+              f"files{', unchanged' if txt.reused else ''}; datasets.load_dataset(FOLDER))")
     print(f"shards:   {Path(res.manifest_path).parent / 'shards'}")
     print(f"manifest: {res.manifest_path}")
+    if args.strict and res.warnings:
+        for w in res.warnings:
+            print(f"tokenmill: error: {w.message}", file=sys.stderr)
+        return 2
     return 0
+
+
+def blocks_line(res) -> str:
+    """The CLI's ``blocks:`` line: blocks in all and reused, then per stage (in pipeline
+    order) ``reused/blocks``, and the wall time."""
+    per_stage = ", ".join(f"{name} {reused}/{reused + computed}"
+                          for name, (reused, computed) in res.stage_blocks.items())
+    return (f"blocks: {res.total_units} ({res.reused_units} reused from an earlier run; "
+            f"reused/blocks per stage: {per_stage})   wall time: {res.seconds:.1f} s")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -70,6 +91,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="datamix to run instead when the local data root is missing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.add_argument("--no-report", action="store_true", help="skip report.html and its plots")
+    p.add_argument("--strict", action="store_true",
+                   help="warnings are errors: a file that yields no document, a source that "
+                   "keeps none, a quarantined share over checks.max_quarantine_share (exit 2, "
+                   "one line each, after the outputs are written)")
+    p.add_argument("--write-text", action="store_true",
+                   help="also write the curated text as a Hugging Face parquet dataset "
+                   "(OUT/text/, loadable with datasets.load_dataset; datamix: write_text: true)")
     p.set_defaults(func=_run)
 
     from tokenmill.pipeline.report import add_report_parser

@@ -78,6 +78,11 @@ class SourceConfig(_Model):
     quality_filters: bool = Field(
         default=True, description="apply the datamix's quality filters and language "
         "filter to this source (false: language is still labelled, nothing removed)")
+    min_val_documents: int | None = Field(
+        default=None, ge=0, description="at least this many of the source's kept documents "
+        "go to the validation split, whatever its size (at least one stays in train); "
+        "default: shards.min_val_documents for a source with at least "
+        "shards.min_val_source_documents kept documents")
 
     @model_validator(mode="after")
     def _one_origin(self) -> SourceConfig:
@@ -125,11 +130,27 @@ class FuzzyDedupConfig(_Model):
     ngram: int = 5
     num_perm: int = 128
     seed: int = 1
+    exact_check: bool = Field(default=True, description="remove only on an exact shingle "
+                              "Jaccard check; false: the former estimate-only decision")
 
 
 class ShardConfig(_Model):
+    """Shard size and the validation split.
+
+    A document goes to ``val`` when the first 8 bytes of the sha256 of its key, as an
+    integer, are below ``val_fraction`` × 2**64. A source whose kept documents would get
+    fewer than its minimum (``min_val_documents``, for a source with at least
+    ``min_val_source_documents`` kept documents and ``val_fraction`` > 0; a source's own
+    ``min_val_documents`` overrides) has the next documents in that hash order moved to
+    ``val`` until it has the minimum, so small sources get a validation split too.
+    """
+
     tokens_per_shard: int = Field(default=10_000_000, ge=1024)
     val_fraction: float = 0.01
+    min_val_documents: int = Field(default=1, ge=0, description="validation documents a "
+                                   "source gets at least (see min_val_source_documents)")
+    min_val_source_documents: int = Field(default=10, ge=1, description="the minimum applies "
+                                          "to sources with at least this many kept documents")
 
     @field_validator("val_fraction")
     @classmethod
@@ -137,6 +158,16 @@ class ShardConfig(_Model):
         if not 0.0 <= v < 1.0:
             raise ValueError("val_fraction must be in [0, 1)")
         return v
+
+
+class CheckConfig(_Model):
+    """Outcomes that are warnings in the summary and the manifest (errors with
+    ``tokenmill run --strict``): a data file that yields no document, a source that keeps
+    no document, and a source whose quarantined share is over ``max_quarantine_share``."""
+
+    max_quarantine_share: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="warn when more than this share of a "
+        "source's rows are quarantined (rows the reader or the normalizer could not use)")
 
 
 class DatamixConfig(_Model):
@@ -153,6 +184,7 @@ class DatamixConfig(_Model):
     language: LanguageConfig | None = None
     fuzzy_dedup: FuzzyDedupConfig | None = None
     shards: ShardConfig = Field(default_factory=ShardConfig)
+    checks: CheckConfig = Field(default_factory=CheckConfig)
     max_document_bytes: int = Field(
         default=10_000_000, description="a row larger than this (UTF-8 bytes) is quarantined"
     )
@@ -160,6 +192,8 @@ class DatamixConfig(_Model):
                                  "files read by one task")
     block_documents: int = Field(default=10_000, ge=1, description="rows per resumable block "
                                  "(a crashed run redoes at most one block per worker)")
+    write_text: bool = Field(default=False, description="also write the curated text as a "
+                             "parquet dataset in the Hugging Face Hub layout (OUT/text/)")
 
     @model_validator(mode="after")
     def _unique_names(self) -> DatamixConfig:
@@ -174,8 +208,10 @@ class DatamixConfig(_Model):
     def content_dict(self) -> dict[str, Any]:
         """The config minus where-things-live fields: what the outputs depend on."""
         d = self.model_dump(mode="json")
-        for where in ("data_root", "output_dir", "files_per_block", "block_documents"):
-            d.pop(where, None)  # how the work is cut does not change the output
+        for where in ("data_root", "output_dir", "files_per_block", "block_documents",
+                      "write_text"):
+            d.pop(where, None)  # how the work is cut (or what else is written) does not
+            # change the shards
         return d
 
     def sha256(self) -> str:

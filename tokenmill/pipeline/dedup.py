@@ -16,7 +16,11 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from tokenmill.pipeline.minhash import fuzzy_dedup_signatures, minhash_signatures
+from tokenmill.pipeline.minhash import (
+    fuzzy_dedup_signatures,
+    jaccard_detail,
+    minhash_signatures,
+)
 from tokenmill.pipeline.step import BlockColumns, Document, GlobalStep, Removals
 
 
@@ -65,18 +69,20 @@ def read_signatures(table: pa.Table, num_perm: int) -> tuple[np.ndarray, np.ndar
 
 class MinHashDedup(GlobalStep):
     """MinHash-LSH fuzzy dedup over the documents exact dedup kept (see
-    :mod:`tokenmill.pipeline.minhash`): a document is removed only if its estimated
-    Jaccard with a kept document of its cluster is at least ``threshold``; the lowest
-    key of a cluster is kept. An exact duplicate of a document this stage removed then
-    points to the document actually kept."""
+    :mod:`tokenmill.pipeline.minhash`): a document is removed only if its exact shingle
+    Jaccard with a kept document of its cluster is at least ``threshold`` (the candidates'
+    texts are read again from their blocks; ``exact_check=False``: the former
+    estimate-only decision); the lowest key of a cluster is kept. An exact duplicate of
+    a document this stage removed then points to the document actually kept."""
 
     name = "fuzzy_dedup"
     version = 1
     columns = ("minhash", "shingles")
 
     def __init__(self, threshold: float = 0.8, ngram: int = 5, num_perm: int = 128,
-                 seed: int = 1) -> None:
-        super().__init__(threshold=threshold, ngram=ngram, num_perm=num_perm, seed=seed)
+                 seed: int = 1, exact_check: bool = True) -> None:
+        super().__init__(threshold=threshold, ngram=ngram, num_perm=num_perm, seed=seed,
+                         exact_check=exact_check)
 
     def block_columns(self, docs: list[Document]) -> dict[str, Any]:
         """``minhash``: binary(4 * num_perm) little-endian uint32 signature; ``shingles``:
@@ -94,7 +100,7 @@ class MinHashDedup(GlobalStep):
 
     def _gather(self, blocks: BlockColumns, removals: list[Removals], progress: bool):
         keys_all: list[str] = []
-        sigs, counts, owner = [], [], {}
+        sigs, counts, owner, starts = [], [], {}, [0]
         num_perm = self.config["num_perm"]
         for i in tqdm(range(len(blocks)), desc="fuzzy dedup", unit="block",
                       disable=not progress):
@@ -106,20 +112,39 @@ class MinHashDedup(GlobalStep):
             sigs.append(sig[keep])
             counts.append(nsh[keep])
             owner.update({keys[j]: i for j in keep})
+            starts.append(len(keys_all))
         sig = np.concatenate(sigs) if sigs else np.empty((0, num_perm), np.uint32)
         nsh = np.concatenate(counts) if counts else np.empty(0, np.int64)
-        return keys_all, sig, nsh, owner
+        return keys_all, sig, nsh, owner, starts
+
+    @staticmethod
+    def _texts_of(blocks: BlockColumns, removals: list[Removals], starts: list[int]):
+        """``texts_of`` for the exact check: the texts of the gathered documents at the
+        ascending indices ``idx``, read block by block (only the candidates' blocks)."""
+        def texts_of(idx: np.ndarray):
+            block_of = np.searchsorted(starts, idx, side="right") - 1
+            for i in np.unique(block_of):
+                t = blocks.read(int(i), ["key", "text"])
+                keys = t.column("key").to_pylist()
+                rows = [j for j, k in enumerate(keys) if k not in removals[i]]
+                texts = t.column("text")
+                for g in idx[block_of == i] - starts[i]:
+                    yield texts[rows[g]].as_py()
+        return texts_of
 
     def decide(self, blocks: BlockColumns, removals: list[Removals],
                progress: bool = False) -> dict[str, Any] | None:
         """Adds the near duplicates to ``removals``; returns the manifest record
         (``params``, ``counters``, ``cluster_sizes``: size -> clusters)."""
         f = self.config
-        keys_all, sig, nsh, owner = self._gather(blocks, removals, progress)
+        keys_all, sig, nsh, owner, starts = self._gather(blocks, removals, progress)
         res = fuzzy_dedup_signatures(keys_all, sig, nsh, threshold=f["threshold"],
-                                     ngram=f["ngram"], seed=f["seed"])
+                                     ngram=f["ngram"], seed=f["seed"],
+                                     exact_check=f["exact_check"],
+                                     texts_of=self._texts_of(blocks, removals, starts))
         for key, (kept, jac) in sorted(res.removed.items()):
-            removals[owner[key]][key] = [kept, self.name, f"jaccard={jac:.3f}"]
+            removals[owner[key]][key] = [kept, self.name,
+                                         jaccard_detail(jac, f["exact_check"])]
         # an exact duplicate of a document that fuzzy dedup then removed points to the
         # document actually kept (its text equals the removed one's, so it is as similar)
         for d in removals:

@@ -31,17 +31,33 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tokenmill.manifests.schema import MANIFEST_NAME, DatamixManifest, QuarantineEntry
+from tokenmill.manifests.schema import (
+    MANIFEST_NAME,
+    CurationWarning,
+    DatamixManifest,
+    InputFile,
+    QuarantineEntry,
+)
 from tokenmill.manifests.shards import version_for_vocab
 from tokenmill.pipeline import blocks as block_work
 from tokenmill.pipeline import stages
-from tokenmill.pipeline.accounting import source_entry
+from tokenmill.pipeline.accounting import (
+    file_documents,
+    printable_path,
+    source_entry,
+    source_warnings,
+)
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.intermediate import content_hash
-from tokenmill.pipeline.license import check_source_licenses
+from tokenmill.pipeline.license import LicenseError, check_source_licenses
 from tokenmill.pipeline.readers import is_whole_file
 from tokenmill.pipeline.shard_writer import write_source
-from tokenmill.pipeline.sources import ResolvedSource, resolve_source
+from tokenmill.pipeline.sources import (
+    MissingLicenseError,
+    ResolvedSource,
+    SourceError,
+    resolve_source,
+)
 from tokenmill.pipeline.step import BlockColumns, Removals
 from tokenmill.pipeline.units import META_COLUMNS, tokenize_unit
 from tokenmill.raysession import ray_session
@@ -66,7 +82,9 @@ class Block:
 class Unit:
     source: ResolvedSource
     files: list[str]
-    digest: str = ""
+    #: [[path, size, sha256]] of its files, as its prepare task hashed them
+    hashed: list[list] = field(default_factory=list)
+    hash_seconds: float = 0.0
 
 
 @dataclass
@@ -81,11 +99,13 @@ class RunResult:
     recovered: list[str] = field(default_factory=list)  # corrupt intermediates recomputed
     # per stage name: [blocks whose output was reused, blocks computed]
     stage_blocks: dict[str, list[int]] = field(default_factory=dict)
+    input_bytes: int = 0  # bytes of the input files (each hashed once per run)
+    hash_seconds: float = 0.0  # task time spent hashing them (summed over tasks)
 
-
-def _file_stat(root: Path, rel: str) -> list:
-    st = (root / rel).stat()
-    return [rel, st.st_size, st.st_mtime_ns]
+    @property
+    def warnings(self) -> list[CurationWarning]:
+        """The manifest's warnings (empty files and sources, high quarantine shares)."""
+        return self.manifest.warnings
 
 
 def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
@@ -101,6 +121,10 @@ def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
         for files in sorted(groups):
             out.append(Unit(source=src, files=files))
     return out
+
+
+class SourceLicenseError(SourceError, LicenseError):
+    """Sources without a license or with one not allowed, all named in one line."""
 
 
 def _run_tasks(fn, specs: list[dict], desc: str, show: bool) -> list[Any]:
@@ -132,31 +156,60 @@ def run_datamix(
     """
     t0 = time.perf_counter()
     tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
-    sources = [resolve_source(cfg, s) for s in cfg.sources]
-    check_source_licenses(cfg, sources)
+    sources = resolve_sources(cfg)
     out_dir = Path(cfg.output_dir).resolve()
     plan = plan_units(cfg, sources)
     with ray_session(ray_address, num_cpus):
         return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
 
 
+def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
+    """Every source of ``cfg`` resolved, their licenses checked against the allow-list.
+
+    Raises:
+        SourceError: a source cannot be used (the first one, named).
+        LicenseError: one error, one line, naming every source without a license and every
+            source whose license is not allowed (not one error per run).
+    """
+    sources: list[ResolvedSource] = []
+    missing: list[str] = []
+    for s in cfg.sources:
+        try:
+            sources.append(resolve_source(cfg, s))
+        except MissingLicenseError as e:
+            missing.append(f"{s.name!r} (no license in {e.card})")
+    problems = []
+    if missing:
+        problems.append(f"no license for {len(missing)} source(s): {', '.join(missing)}; "
+                        "set `license:` on the source in the datamix, or in the dataset "
+                        "card's front matter")
+    try:
+        check_source_licenses(cfg, sources)
+    except LicenseError as e:
+        problems.append(str(e))
+    if problems:
+        raise SourceLicenseError("; ".join(problems))
+    return sources
+
+
 def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:
-    """Read + document stages + global stages' columns, per unit on Ray."""
+    """Hash + read + document stages + global stages' columns, per unit on Ray."""
     specs = []
     for u in plan:
         sc = u.source.config
-        read = {"v": block_work.READ_VERSION, "source": u.source.name,
-                "text_field": sc.text_field, "max_document_bytes": cfg.max_document_bytes,
-                "limit": sc.max_documents, "block_documents": cfg.block_documents}
-        u.digest = content_hash("read", read, [_file_stat(u.source.root, f) for f in u.files])
-        specs.append(read | {
-            "work": str(work), "digest": u.digest, "root": str(u.source.root),
+        specs.append({
+            "source": u.source.name, "text_field": sc.text_field,
+            "max_document_bytes": cfg.max_document_bytes, "limit": sc.max_documents,
+            "block_documents": cfg.block_documents,
+            "work": str(work), "root": str(u.source.root),
             "files": u.files, "stages": stages.source_stages(cfg, sc, "document"),
             "globals": stages.source_stages(cfg, sc, "global")})
     per_unit = _run_tasks(block_work.prepare_unit, specs, "read+normalize", progress)
+    for u, res in zip(plan, per_unit, strict=True):
+        u.hashed, u.hash_seconds = res["files"], res["hash_seconds"]
     return [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"],
                   stage_reused=b["reused"])
-            for u, bl in zip(plan, per_unit, strict=True) for b in bl]
+            for u, res in zip(plan, per_unit, strict=True) for b in res["blocks"]]
 
 
 def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool
@@ -215,15 +268,30 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
     removals, records = _decide(cfg, blocks, work, progress)
     _tokenize(cfg, tok, blocks, removals, work, progress)
     written = _write(cfg, tok, sources, blocks, out_dir, progress)
-    entries = [source_entry(src, [(b.prepare_info, b.tokenize_info) for b in blocks
-                                  if b.source is src], w)
-               for src, w in zip(sources, written, strict=True)]
+    entries: list = []
+    warnings: list[CurationWarning] = []
+    for src, w in zip(sources, written, strict=True):
+        prepared = [(b.prepare_info, b.tokenize_info) for b in blocks if b.source is src]
+        files = _input_files(src, [u for u in plan if u.source is src])
+        entries.append(source_entry(src, prepared, w, files))
+        warnings += source_warnings(entries[-1], file_documents(
+            src.files, [p for p, _ in prepared]), cfg.checks.max_quarantine_share)
     manifest = DatamixManifest(
         name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(), tokenizer=tok,
         sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
-        **records)
+        warnings=warnings, **records)
     path = manifest.write(out_dir)
-    return _result(path, manifest, blocks, time.perf_counter() - t0)
+    res = _result(path, manifest, blocks, time.perf_counter() - t0)
+    res.input_bytes = sum(f.size for e in entries for f in e.files)
+    res.hash_seconds = sum(u.hash_seconds for u in plan)
+    return res
+
+
+def _input_files(src: ResolvedSource, units: list[Unit]) -> list[InputFile]:
+    """The source's data files with size and sha256, in the source's file order."""
+    hashed = {rel: (size, sha) for u in units for rel, size, sha in u.hashed}
+    return [InputFile(path=printable_path(rel), size=hashed[rel][0], sha256=hashed[rel][1])
+            for rel in src.files]
 
 
 def _result(path: Path, manifest: DatamixManifest, blocks: list[Block],

@@ -21,6 +21,15 @@ languages.png          language distribution of kept documents (sidecar ``langua
 mixture.png            the mixture: tokens per source, with mixture weights
 =====================  ==================================================================
 
+Tables: the sources (rows read, documents kept, tokens kept, validation documents,
+warnings), the documents remaining after each stage (each column named by what it
+counts: ``rows read``, ``after <stage>``, ``kept``), the removed documents by license
+variant (the removal-rate plot groups per-document license removals by family, as
+``tokenmill manifest show`` does), the run's warnings, and, for every removal reason
+(license reasons by family), up to :data:`EXAMPLES_PER_REASON` example documents from
+the quarantine (their first :data:`EXAMPLE_CHARS` characters, HTML-escaped), so a filter
+can be judged by reading what it removed.
+
 A plot whose input is missing (no quarantine, no ``language`` column, no duplicates) is
 skipped and named in ``ReportResult.skipped`` and in the HTML. Token counts of removed
 documents are measured by encoding their quarantined text with the run's tokenizer (+1
@@ -44,10 +53,14 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text
-from tokenmill.manifests.schema import DatamixManifest, load_manifest
-from tokenmill.pipeline.stages import stage_order
+from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manifest
+from tokenmill.manifests.summary import license_family
+from tokenmill.pipeline.stages import STAGES, stage_order
 
 REPORT_NAME = "report.html"
+#: example documents shown per removal reason, and the characters shown of each
+EXAMPLES_PER_REASON = 5
+EXAMPLE_CHARS = 300
 
 # The pipeline's stage order (tokenmill.pipeline.stages.STAGES); "quarantine" stands for
 # rows quarantined while reading in manifests without per-stage counters; unknown stage
@@ -81,6 +94,39 @@ def _stage_removed(counters: dict[str, Any]) -> int | None:
 
 def _stage_key(name: str) -> tuple[int, str]:
     return (STAGE_ORDER.index(name), name) if name in STAGE_ORDER else (len(STAGE_ORDER), name)
+
+
+def column_label(stage: str) -> str:
+    """What a waterfall column counts: ``rows read``, ``after <stage>``, ``kept``."""
+    if stage == "read":
+        return "rows read"
+    if stage == "kept":
+        return "kept"
+    return f"after {stage.replace('_', ' ')}"
+
+
+def _family_prefixes() -> tuple[str, ...]:
+    """Reason prefixes of the stages whose reasons are license ids shown by family (the
+    stages feeding a ``SourceCounts`` field marked ``by_family``)."""
+    out = []
+    for st in STAGES:
+        extra = SourceCounts.model_fields[st.counts].json_schema_extra if st.counts else None
+        if isinstance(extra, dict) and extra.get("by_family") and st.strip_prefix:
+            out.append(st.strip_prefix)
+    return tuple(out)
+
+
+_FAMILY_PREFIXES = _family_prefixes()
+
+
+def reason_label(stage: str, reason: str) -> str:
+    """The label of a removal reason in the plots and example lists: ``stage: reason``
+    (once), per-document license ids grouped by family (``license:cc-by-nc-4.0-es`` ->
+    ``license: cc-by-nc``)."""
+    for prefix in _FAMILY_PREFIXES:
+        if reason.startswith(prefix):
+            return f"{prefix.rstrip(':')}: {license_family(reason.removeprefix(prefix))}"
+    return reason if reason.startswith(stage) else f"{stage}: {reason}"
 
 
 def document_waterfall(manifest: DatamixManifest) -> tuple[list[str], dict[str, list[int]]]:
@@ -203,6 +249,7 @@ class _Report:
     manifest: DatamixManifest
     result: ReportResult
     q_rows: list[dict[str, Any]]  # quarantine rows (no text) with their n_tokens
+    examples: dict[str, _Examples]  # reason label -> its removed documents' examples
     sidecars: dict[str, dict[str, list]]
     stages: list[str]
     remaining: dict[str, list[int]]
@@ -217,21 +264,50 @@ class _Report:
         self.sections.append((title, png, caption))
 
 
-def _quarantine_rows(out: Path, manifest: DatamixManifest) -> list[dict[str, Any]]:
-    """Removed documents (quarantine rows without text/raw) with their token lengths."""
+@dataclass
+class _Examples:
+    """The removed documents of one reason: how many, and the first few."""
+
+    count: int = 0
+    shown: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, row: dict[str, Any], text: str | None, raw: bytes | None) -> None:
+        self.count += 1
+        if len(self.shown) < EXAMPLES_PER_REASON:
+            self.shown.append(row | {"excerpt": _excerpt(text, raw)})
+
+
+def _excerpt(text: str | None, raw: bytes | None) -> str:
+    """The first :data:`EXAMPLE_CHARS` characters of a removed document (its raw bytes,
+    undecodable ones as ``\\xNN``, when it has no text)."""
+    if text is None and raw is not None:
+        text = raw[:EXAMPLE_CHARS * 4].decode("utf-8", "backslashreplace")
+    text = text or ""
+    return text[:EXAMPLE_CHARS] + ("…" if len(text) > EXAMPLE_CHARS else "")
+
+
+def _quarantine_rows(out: Path, manifest: DatamixManifest
+                     ) -> tuple[list[dict[str, Any]], dict[str, _Examples]]:
+    """Removed documents (quarantine rows without text/raw) with their token lengths, and
+    per reason label (:func:`reason_label`) the first examples, in quarantine order (the
+    manifest's sources in order, keys in order within each)."""
     quarantine = _read_quarantine(out, manifest)
     if quarantine is None or not quarantine.num_rows:
-        return []
+        return [], {}
     cols = {c: quarantine.column(c).to_pylist() for c in quarantine.column_names}
     texts = cols.get("text", [None] * quarantine.num_rows)
     raws = cols.get("raw", [None] * quarantine.num_rows)
     lengths = _token_counter(manifest)([t or "" for t in texts])
     rows = []
+    examples: dict[str, _Examples] = {}
     for i in range(quarantine.num_rows):
         n_tok = lengths[i] if texts[i] is not None else len(raws[i] or b"") // 4 + 1
-        rows.append({c: cols[c][i] for c in cols if c not in ("text", "raw")}
-                    | {"n_tokens": n_tok})
-    return rows
+        row = {c: cols[c][i] for c in cols if c not in ("text", "raw")} | {"n_tokens": n_tok}
+        rows.append(row)
+        label = reason_label(row.get("stage") or "other", row.get("reason") or "")
+        examples.setdefault(label, _Examples()).add(row, texts[i], raws[i])
+    order = {lab: _stage_key(lab.split(":")[0]) for lab in examples}
+    return rows, dict(sorted(examples.items(), key=lambda kv: (order[kv[0]], kv[0])))
 
 
 def _plot_waterfall(r: _Report, plt) -> None:
@@ -250,8 +326,9 @@ def _plot_waterfall(r: _Report, plt) -> None:
         tok_series[src.name] = [kept + sum(removed.get(s, 0) for s in stages[i + 1:-1])
                                 for i in range(len(stages) - 1)] + [kept]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    _bars(axes[0], stages, r.remaining, "documents", "documents remaining after each stage")
-    _bars(axes[1], stages, tok_series, "tokens (EOT included)",
+    labels = [column_label(st) for st in stages]
+    _bars(axes[0], labels, r.remaining, "documents", "documents remaining after each stage")
+    _bars(axes[1], labels, tok_series, "tokens (EOT included)",
           "tokens remaining after each stage")
     r.add(fig, "waterfall.png", "Documents and tokens per stage",
           "Remaining after each stage, per source. Tokens of removed documents "
@@ -291,9 +368,22 @@ def _removal_rates(r: _Report) -> dict[str, float]:
                 reasons[s] += r.remaining[src.name][s_i - 1] - r.remaining[src.name][s_i]
         for reason, v in reasons.items():
             if v and n_in:
-                label = reason if reason.startswith(s) else f"{s}: {reason}"
+                label = reason_label(s, reason)
                 rates[label] = rates.get(label, 0.0) + v / n_in
     return rates
+
+
+def license_variants(manifest: DatamixManifest) -> list[tuple[str, str, int]]:
+    """``(family, license id, documents removed)`` of the per-document license removals
+    over all sources, by family, then most removed first."""
+    total: Counter = Counter()
+    for src in manifest.sources:
+        for f, info in SourceCounts.model_fields.items():
+            extra = info.json_schema_extra
+            if isinstance(extra, dict) and extra.get("by_family"):
+                total.update(getattr(src.counts, f))
+    return sorted(((license_family(lic), lic, n) for lic, n in total.items()),
+                  key=lambda t: (t[0], -t[2], t[1]))
 
 
 def _plot_removal_rates(r: _Report, plt) -> None:
@@ -307,7 +397,8 @@ def _plot_removal_rates(r: _Report, plt) -> None:
     ax.set_xlabel("% of the stage's input documents removed")
     ax.set_title("removal rate per stage and reason")
     r.add(fig, "removal_rates.png", "Removal rates",
-          "Share of the documents entering a stage that it removed.")
+          "Share of the documents entering a stage that it removed; per-document license "
+          "removals grouped by family (the variants are in the table below).")
 
 
 def _plot_clusters(r: _Report, plt) -> None:
@@ -396,46 +487,100 @@ def write_report(output_dir: str | os.PathLike,
     if manifest is None:
         manifest = load_manifest(out)
     stages, remaining = document_waterfall(manifest)
+    q_rows, examples = _quarantine_rows(out, manifest)
     r = _Report(out=out, manifest=manifest, result=ReportResult(html=out / REPORT_NAME),
-                q_rows=_quarantine_rows(out, manifest),
+                q_rows=q_rows, examples=examples,
                 sidecars=_read_sidecars(out, manifest), stages=stages, remaining=remaining)
     for plot in _PLOTS:
         plot(r, plt)
-    atomic_write_text(r.result.html, _html(manifest, stages, remaining, r.sections, r.result))
+    atomic_write_text(r.result.html, _html(r))
     return r.result
 
 
-def _html(manifest: DatamixManifest, stages: list[str], remaining: dict[str, list[int]],
-          sections: list[tuple[str, str, str]], result: ReportResult) -> str:
+_STYLE = ("<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
+          "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+          "text-align:right}td.l,th.l{text-align:left}img{max-width:100%}"
+          "pre{white-space:pre-wrap;background:#f6f6f6;padding:4px 8px;margin:2px 0 8px}"
+          ".warn{color:#a40}</style>")
+
+
+def _table(header: list[str], rows: list[list[Any]], left: int = 1) -> str:
+    """An HTML table, every cell escaped; the first ``left`` columns left-aligned."""
     e = html.escape
-    rows = []
-    for s in manifest.sources:
-        c = s.counts
-        rows.append("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in (
-            s.name, s.license, c.read, c.kept, f"{sum(s.tokens.values()):,}",
-            s.mixture_weight)) + "</tr>")
-    wf = ["<tr><th>source</th>" + "".join(f"<th>{e(x)}</th>" for x in stages) + "</tr>"]
-    for name, vals in remaining.items():
-        wf.append(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{v}</td>" for v in vals) + "</tr>")
+
+    def cells(vals: list[Any], tag: str) -> str:
+        return "".join(f"<{tag}{' class=l' if i < left else ''}>{e(str(v))}</{tag}>"
+                       for i, v in enumerate(vals))
+
+    return ("<table><tr>" + cells(header, "th") + "</tr>"
+            + "".join("<tr>" + cells(r, "td") + "</tr>" for r in rows) + "</table>")
+
+
+def _sources_html(m: DatamixManifest, stages: list[str], remaining: dict[str, list[int]]
+                  ) -> list[str]:
+    warned = Counter(w.source for w in m.warnings)
+    rows = [[s.name, s.license, f"{s.counts.read:,}", f"{s.counts.kept:,}",
+             f"{sum(s.tokens.values()):,}", f"{s.documents.get('val', 0):,}",
+             s.mixture_weight, warned.get(s.name, 0)] for s in m.sources]
+    parts = ["<h2>Sources</h2>", _table(
+        ["source", "license", "rows read", "documents kept", "tokens kept (train + val)",
+         "validation documents", "mixture weight", "warnings"], rows, left=2)]
+    if m.warnings:
+        parts.append("<h2 class=warn>Warnings</h2><ul>" + "".join(
+            f"<li>{html.escape(w.message)}</li>" for w in m.warnings) + "</ul>")
+    parts += ["<h2>Documents remaining after each stage</h2>",
+              _table(["source", *(column_label(x) for x in stages)],
+                     [[n, *(f"{v:,}" for v in vals)] for n, vals in remaining.items()])]
+    return parts
+
+
+def _examples_html(examples: dict[str, _Examples]) -> list[str]:
+    """Per removal reason: its count and up to :data:`EXAMPLES_PER_REASON` documents."""
+    if not examples:
+        return []
+    e = html.escape
+    parts = [f"<h2>What was removed</h2><p>For every removal reason, the first "
+             f"{EXAMPLES_PER_REASON} removed documents in quarantine order (first "
+             f"{EXAMPLE_CHARS} characters); per-document license removals by family. Every "
+             "removed document is in the <code>quarantine/</code> parquet files.</p>"]
+    for label, ex in examples.items():
+        parts.append(f"<details><summary><b>{e(label)}</b>: {ex.count:,} removed"
+                     f"{f', {len(ex.shown)} shown' if ex.count > len(ex.shown) else ''}"
+                     "</summary>")
+        for row in ex.shown:
+            note = [f"<code>{e(row.get('key') or '')}</code>"]
+            if row.get("duplicate_of"):
+                note.append(f"duplicate of <code>{e(row['duplicate_of'])}</code>")
+            if row.get("detail"):
+                note.append(e(row["detail"]))
+            parts.append(f"<div>{' · '.join(note)}</div><pre>{e(row['excerpt']) or '(empty)'}"
+                         "</pre>")
+        parts.append("</details>")
+    return parts
+
+
+def _html(r: _Report) -> str:
+    e = html.escape
+    m = r.manifest
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>tokenmill report: {e(manifest.name)}</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-        "text-align:right}img{max-width:100%}</style></head><body>",
-        f"<h1>Curation report: {e(manifest.name)}</h1>",
-        f"<p>tokenizer {e(manifest.tokenizer.name)}, config sha256 "
-        f"<code>{e(manifest.config_sha256[:16])}</code></p>",
-        "<h2>Sources</h2><table><tr><th>source</th><th>license</th><th>read</th>"
-        "<th>kept</th><th>tokens</th><th>weight</th></tr>", *rows, "</table>",
-        "<h2>Documents remaining after each stage</h2><table>", *wf, "</table>",
+        f"<title>tokenmill report: {e(m.name)}</title>", _STYLE, "</head><body>",
+        f"<h1>Curation report: {e(m.name)}</h1>",
+        f"<p>tokenizer {e(m.tokenizer.name)}, config sha256 "
+        f"<code>{e(m.config_sha256[:16])}</code></p>",
+        *_sources_html(m, r.stages, r.remaining),
     ]
-    for title, png, caption in sections:
+    for title, png, caption in r.sections:
         parts.append(f"<h2>{e(title)}</h2><p>{e(caption)}</p>"
                      f"<img src='{e(png)}' alt='{e(title)}'>")
-    if result.skipped:
+        if png == "removal_rates.png" and (variants := license_variants(m)):
+            parts.append("<h3>Removed by per-document license</h3>" + _table(
+                ["family", "license", "documents removed"],
+                [[f, lic, f"{n:,}"] for f, lic, n in variants], left=2))
+    parts += _examples_html(r.examples)
+    if r.result.skipped:
         parts.append("<h2>Plots skipped</h2><ul>" + "".join(
-            f"<li>{e(k)}: {e(v)}</li>" for k, v in sorted(result.skipped.items())) + "</ul>")
+            f"<li>{e(k)}: {e(v)}</li>" for k, v in sorted(r.result.skipped.items())) + "</ul>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
 

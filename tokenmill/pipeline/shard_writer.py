@@ -1,12 +1,19 @@
 """The shard-writing stage: one source's tokenized blocks, in order, into shards +
 sidecars (:mod:`tokenmill.manifests.shards`), and its quarantine file.
 
+It also settles the source's validation split: the tokenize stage put a document in
+``val`` by the hash of its key (:func:`~tokenmill.pipeline.tokenize.split_of`); when that
+gives fewer than the source's minimum (:func:`val_minimum`), the train documents next in
+the same hash order move to ``val``, so that every source big enough has validation
+documents, deterministically.
+
 :func:`write_source` is a plain function of its spec (the executor runs one Ray task per
 source).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +27,7 @@ from tokenmill.manifests.shards import sidecar_path, write_shard
 from tokenmill.pipeline import quarantine
 from tokenmill.pipeline.intermediate import StageOutput
 from tokenmill.pipeline.step import PipelineStep
+from tokenmill.pipeline.tokenize import split_hash
 
 
 class WriteShards(PipelineStep):
@@ -27,10 +35,55 @@ class WriteShards(PipelineStep):
     Its work is :func:`write_source` (a whole source at once), not a document stream."""
 
     name = "shards"
-    version = 1
+    version = 2
 
-    def __init__(self, tokens_per_shard: int = 10_000_000) -> None:
-        super().__init__(tokens_per_shard=tokens_per_shard)
+    def __init__(self, tokens_per_shard: int = 10_000_000, val_fraction: float = 0.01,
+                 min_val_documents: int | None = None, default_min_val_documents: int = 1,
+                 min_val_source_documents: int = 10) -> None:
+        super().__init__(tokens_per_shard=tokens_per_shard, val_fraction=val_fraction,
+                         min_val_documents=min_val_documents,
+                         default_min_val_documents=default_min_val_documents,
+                         min_val_source_documents=min_val_source_documents)
+
+
+def val_minimum(kept: int, val_fraction: float, min_val_documents: int | None,
+                default_min_val_documents: int, min_val_source_documents: int) -> int:
+    """The validation documents a source with ``kept`` documents gets at least.
+
+    The source's own ``min_val_documents`` when set; else ``default_min_val_documents``
+    for a source with at least ``min_val_source_documents`` kept documents and a
+    ``val_fraction`` above 0 (``val_fraction: 0`` asks for no validation split). Never
+    more than ``kept - 1``: at least one document stays in train.
+    """
+    if min_val_documents is not None:
+        want = min_val_documents
+    elif val_fraction > 0 and kept >= min_val_source_documents:
+        want = default_min_val_documents
+    else:
+        want = 0
+    return max(0, min(want, kept - 1))
+
+
+def _val_additions(spec: dict[str, Any]) -> tuple[set[str], dict[str, int]]:
+    """The train documents of the source to move to ``val`` (keys), and the manifest's
+    ``validation`` record (``min_documents``, ``by_fraction``, ``added``)."""
+    train_keys: list[str] = []
+    n_val = 0
+    for _, tok_digest in spec["units"]:
+        t = pq.read_table(StageOutput(spec["work"], "tokenize", tok_digest)
+                          .path(".tokens.parquet"), columns=["key", "split"])
+        for key, split in zip(t.column("key").to_pylist(), t.column("split").to_pylist(),
+                              strict=True):
+            if split == "val":
+                n_val += 1
+            else:
+                train_keys.append(key)
+    minimum = val_minimum(n_val + len(train_keys), spec["val_fraction"],
+                          spec["min_val_documents"], spec["default_min_val_documents"],
+                          spec["min_val_source_documents"])
+    extra = heapq.nsmallest(max(0, minimum - n_val), train_keys,
+                            key=lambda k: (split_hash(k), k))
+    return set(extra), {"min_documents": minimum, "by_fraction": n_val, "added": len(extra)}
 
 
 class _SplitWriter:
@@ -94,13 +147,16 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
     """Write one source's shards, sidecars and quarantine file.
 
     ``spec`` keys: work, output_dir, source, units (list of (prepare_digest,
-    tokenize_digest) in order), tokens_per_shard, shard_version, meta_columns (the
-    sidecar's metadata columns, among those the blocks hold).
-    Returns the shard entries (paths relative to output_dir) and quarantine entry.
+    tokenize_digest) in order), the :class:`WriteShards` config (tokens_per_shard and the
+    validation minimum's settings), shard_version, meta_columns (the sidecar's metadata
+    columns, among those the blocks hold).
+    Returns the shard entries (paths relative to output_dir), the quarantine entry and
+    the ``validation`` record.
     """
     out_dir = Path(spec["output_dir"])
     shard_dir = out_dir / "shards" / spec["source"]
     shard_dir.mkdir(parents=True, exist_ok=True)
+    to_val, validation = _val_additions(spec)
     writers: dict[str, _SplitWriter] | None = None
     shards: list[dict[str, Any]] = []
     q_tables = []
@@ -120,6 +176,7 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
         metas = [table.column(m).to_pylist() for m in writers["train"].meta_types]
         for i, (key, split) in enumerate(zip(table.column("key").to_pylist(),
                                              table.column("split").to_pylist(), strict=True)):
+            split = "val" if key in to_val else split
             writers[split].add(flat[offs[i]:offs[i + 1]], key, [m[i] for m in metas])
     for w in (writers or {}).values():  # train, then val
         w.flush()
@@ -132,4 +189,5 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
         "shards": shards,
         "quarantine": {"path": qpath.relative_to(out_dir).as_posix(), "rows": qtable.num_rows,
                        "sha256": sha256_file(qpath)},
+        "validation": validation,
     }

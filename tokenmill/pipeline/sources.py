@@ -26,6 +26,14 @@ class SourceError(ValueError):
     """A source cannot be used (missing folder, no license, disallowed license...)."""
 
 
+class MissingLicenseError(SourceError):
+    """A source has no license, in its dataset card (``card``) or the datamix."""
+
+    def __init__(self, message: str, card: Path) -> None:
+        super().__init__(message)
+        self.card = card
+
+
 @dataclass
 class ResolvedSource:
     name: str
@@ -103,8 +111,8 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         origin = src.path
     license_ = (src.license or read_card_license(root) or "").lower()
     if not license_:
-        raise SourceError(f"source {src.name!r}: no license in {root / _CARD} and none set "
-                          "in the datamix file")
+        raise MissingLicenseError(f"source {src.name!r}: no license in {root / _CARD} and "
+                                  "none set in the datamix file", card=root / _CARD)
     files, skipped = _list_files(root)
     if src.allow_patterns and src.hub is None:
         import fnmatch

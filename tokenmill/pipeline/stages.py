@@ -123,6 +123,14 @@ def _fuzzy(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     return cfg.fuzzy_dedup.model_dump() if cfg.fuzzy_dedup is not None else None
 
 
+def _shards(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any]:
+    sh = cfg.shards
+    return {"tokens_per_shard": sh.tokens_per_shard, "val_fraction": sh.val_fraction,
+            "min_val_documents": src.min_val_documents,
+            "default_min_val_documents": sh.min_val_documents,
+            "min_val_source_documents": sh.min_val_source_documents}
+
+
 def _quality_stage(name: str) -> StageDef:
     return StageDef(name, "document", lambda **kw: build_quality_filter(name, **kw),
                     _quality(name), counts="filtered")
@@ -147,9 +155,7 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("tokenize", "block", Tokenize,
              lambda c, s: {"tokenizer": c.tokenizer, "val_fraction": c.shards.val_fraction},
              in_manifest=False),
-    StageDef("shards", "source", WriteShards,
-             lambda c, s: {"tokens_per_shard": c.shards.tokens_per_shard},
-             in_manifest=False),
+    StageDef("shards", "source", WriteShards, _shards, in_manifest=False),
 )
 
 BY_NAME: dict[str, StageDef] = {s.name: s for s in STAGES}

@@ -37,12 +37,19 @@ def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
     return tokens, lengths
 
 
+def split_hash(key: str) -> int:
+    """The document key's place in the validation order: the first 8 bytes of its
+    sha256, big-endian, as an integer in [0, 2**64)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+
+
 def split_of(key: str, val_fraction: float) -> str:
-    """Deterministic train/val assignment from the sha256 of the document key."""
+    """Deterministic train/val assignment from the sha256 of the document key: ``val``
+    when :func:`split_hash` < ``val_fraction`` × 2**64 (the shard writer may move the
+    next documents in that order to ``val`` to reach a source's minimum)."""
     if val_fraction <= 0:
         return "train"
-    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return "val" if h < val_fraction * 2**64 else "train"
+    return "val" if split_hash(key) < val_fraction * 2**64 else "train"
 
 
 class Tokenize(PipelineStep):

@@ -1,4 +1,4 @@
-"""The training data loader: batches from a training datamix manifest.
+"""The training data loader: batches from a training-mix manifest.
 
 API (for trainers)
 ==================

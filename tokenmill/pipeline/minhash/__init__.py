@@ -9,10 +9,11 @@ clusters) follows datatrove's and NeMo Curator's fuzzy dedup.
 
 API (what the executor calls)
 -----------------------------
-``fuzzy_dedup(keys, texts, threshold=0.8, ngram=5, num_perm=128, seed=1)``
-    -> :class:`FuzzyDedupResult`. ``keys`` are the unique document keys of a whole datamix
-    (after exact dedup), ``texts`` the matching texts (any iterable, read once, in the
-    same order). ``result.removed`` maps each removed key to ``(kept_key, jaccard)``
+``fuzzy_dedup(keys, texts, threshold=0.8, ngram=5, num_perm=128, seed=1,
+exact_check=True)`` -> :class:`FuzzyDedupResult`. ``keys`` are the unique document keys of
+    a whole datamix (after exact dedup), ``texts`` the matching texts (in the same order;
+    the candidates' texts are read again for the exact check). ``result.removed`` maps each
+    removed key to ``(kept_key, exact jaccard)``
     (quarantine each with ``stage="fuzzy_dedup"``, ``reason="fuzzy_dedup:near_duplicate"``,
     ``duplicate_of=kept_key``); ``result.params`` (num_perm, bands, rows, threshold, ngram,
     seed, hash, scheme, FP/FN weights) goes into the manifest; ``result.counters``
@@ -29,7 +30,7 @@ API (what the executor calls)
 
 :class:`FuzzyDedup` wraps the same call as a :class:`~tokenmill.pipeline.step.PipelineStep`
 (``name = "fuzzy_dedup"``, reason ``"fuzzy_dedup:near_duplicate"``, ``duplicate_of`` =
-kept key, ``detail`` = ``"jaccard=0.912"``); it holds all documents of its input in memory.
+kept key, ``detail`` = ``"jaccard=0.912 (exact)"``); it holds all documents of its input in memory.
 
 Lower-level pieces: :func:`normalize_for_shingles`, :func:`shingles` (reference, for
 tests and peers), :func:`minhash_signatures` (``(n_docs, num_perm)`` uint32),
@@ -41,7 +42,8 @@ Modules
 -------
 :mod:`.reference` (pure-Python shingles and hashes), :mod:`.kernels` (numba),
 :mod:`.signatures` (batches through the kernel; datasketch objects), :mod:`.lsh` (band
-parameters, candidate edges on Ray), :mod:`.clusters` (union-find and the threshold check);
+parameters, candidate edges on Ray), :mod:`.exact` (exact shingle sets), :mod:`.clusters`
+(union-find and the threshold check);
 this module holds the API and the stage.
 
 Shingles
@@ -60,27 +62,44 @@ datasketch's fmix32 pre-mix, then ``a * h + b mod 2**32`` with datasketch's own
 permutation parameters. ``to_lean_minhash(sig[i], seed)`` gives a
 ``LeanMinHash`` usable in ``datasketch.MinHashLSH``.
 
-No transitive blow-up
----------------------
+No transitive blow-up, removal on an exact check
+------------------------------------------------
 LSH candidates are joined into clusters by union-find, but a cluster is never removed
 wholesale. Its members are visited in key order; the first is kept. Every later member is
-removed only if its estimated Jaccard (share of equal signature values) with a document
-already kept in the cluster is at or above ``threshold`` (its twin is the lowest-key such
-document); otherwise it is kept too and becomes a representative that later members may
-duplicate. A chain A~B~C~D where A and D are unrelated therefore keeps A and C.
+removed only if the *exact* Jaccard of its shingle set with a document already kept in
+the cluster is at or above ``threshold`` (its twin is the lowest-key such document among
+those compared); otherwise it is kept too and may become a representative that later
+members are compared with. A chain A~B~C~D where A and D are unrelated therefore keeps A
+and C. The MinHash estimate only proposes: a kept document is checked exactly when the
+estimate is within 4 standard deviations below the threshold
+(:func:`.clusters.proposal_floor`). Shingle sets (:mod:`.exact`: sorted unique 64-bit
+shingle hashes, collision-free in practice) are computed for the cluster members only.
+A member is compared with at most ``max_representatives`` kept documents of its cluster
+(the first ones) plus the first document of each LSH bucket it shares with an earlier
+document (or the kept document that one was removed for): at most
+``max_representatives + bands`` comparisons per member, linear in the cluster size. A
+near duplicate whose kept twin is none of these is kept (a false negative, never a
+false removal). ``exact_check=False`` restores the former decision: removal on the
+estimate, each member compared with every kept document of its cluster.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tokenmill.pipeline.minhash.clusters import cluster_candidates
+from tokenmill.pipeline.minhash.clusters import (
+    union_find_clusters,
+    verify_estimate,
+    verify_exact,
+)
+from tokenmill.pipeline.minhash.exact import shingle_sets
 from tokenmill.pipeline.minhash.lsh import band_edges, lsh_candidate_edges, lsh_params
 from tokenmill.pipeline.minhash.reference import (
     HASH_NAME,
@@ -105,6 +124,7 @@ from tokenmill.pipeline.step import Document, PipelineStep
 __all__ = [
     "HASH_NAME", "MAX_HASH32", "MURMUR64A_M", "SCHEME", "SHINGLE_BASE", "FuzzyDedup",
     "FuzzyDedupResult", "band_edges", "fmix32", "fuzzy_dedup", "fuzzy_dedup_signatures",
+    "jaccard_detail", "shingle_sets",
     "lsh_candidate_edges", "lsh_params", "minhash_signatures", "murmur64a",
     "normalize_for_shingles", "shingle_hash32", "shingles", "to_lean_minhash", "to_minhash",
     "word_hash32",
@@ -114,10 +134,12 @@ __all__ = [
 class FuzzyDedupResult:
     """Outcome of :func:`fuzzy_dedup`.
 
-    ``removed``: removed key -> (kept key, estimated Jaccard); ``params``: the settings to
-    record in the manifest; ``cluster_sizes``: size of each duplicate cluster (kept
-    document + removed twins, >= 2), descending; ``counters``: documents, empty,
-    candidate_pairs, candidate_clusters, removed, kept_below_threshold and seconds.
+    ``removed``: removed key -> (kept key, Jaccard: exact with ``exact_check``, else the
+    MinHash estimate); ``params``: the settings to record in the manifest;
+    ``cluster_sizes``: size of each duplicate cluster (kept document + removed twins,
+    >= 2), descending; ``counters``: documents, empty, candidate_pairs,
+    candidate_clusters, removed, kept_below_threshold, seconds, and with ``exact_check``
+    exact_checks and estimate_false_removals.
     """
 
     removed: dict[str, tuple[str, float]]
@@ -127,6 +149,12 @@ class FuzzyDedupResult:
 
     def is_removed(self, key: str) -> bool:
         return key in self.removed
+
+
+def jaccard_detail(jaccard: float, exact_check: bool) -> str:
+    """The quarantine ``detail`` of a near duplicate: ``"jaccard=0.912 (exact)"``, or the
+    former ``"jaccard=0.912"`` (an estimate) when ``exact_check`` is off."""
+    return f"jaccard={jaccard:.3f} (exact)" if exact_check else f"jaccard={jaccard:.3f}"
 
 
 def fuzzy_dedup(
@@ -142,12 +170,16 @@ def fuzzy_dedup(
     false_negative_weight: float = 0.8,
     n_tasks: int | None = None,
     progress: bool = False,
+    exact_check: bool = True,
+    max_representatives: int = 32,
 ) -> FuzzyDedupResult:
     """MinHash-LSH near-duplicate removal over a whole collection.
 
     Args:
         keys: unique document keys; the kept document of a cluster is the lowest key.
-        texts: the documents' texts, same order and length as ``keys`` (read once).
+        texts: the documents' texts, same order and length as ``keys``. With
+            ``exact_check`` the candidates' texts are read a second time: a sequence is
+            indexed, any other iterable is first held as a list.
         threshold: Jaccard threshold on word ``ngram`` shingles (LSH tuning and the
             removal check).
         num_perm, seed: MinHash size and datasketch permutation seed.
@@ -162,6 +194,11 @@ def fuzzy_dedup(
         n_tasks: Ray tasks for the band grouping (default: cluster CPUs); no effect on
             the result.
         progress: show a tqdm bar while hashing.
+        exact_check: remove a document only when the exact Jaccard of its shingle set
+            with a kept document reaches ``threshold`` (the estimate only proposes; see
+            :mod:`.clusters`). ``False``: the former estimate-only decision.
+        max_representatives: with ``exact_check``, the kept documents of a cluster that
+            every member is compared with (besides its LSH bucket heads).
 
     Returns:
         :class:`FuzzyDedupResult`.
@@ -183,6 +220,8 @@ def fuzzy_dedup(
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     t0 = time.perf_counter()
+    if exact_check and not isinstance(texts, Sequence):
+        texts = list(texts)
     it: Iterable[str] = texts
     if progress:
         from tqdm import tqdm
@@ -192,20 +231,45 @@ def fuzzy_dedup(
                                   return_shingle_counts=True)
     if sig.shape[0] != n:
         raise ValueError(f"fuzzy_dedup: {sig.shape[0]} texts for {n} keys")
+    seq = texts
+
+    def texts_of(idx: np.ndarray) -> Iterator[str]:
+        return (seq[i] for i in idx)  # type: ignore[index]
+
     result = fuzzy_dedup_signatures(
         keys, sig, nsh, threshold=threshold, ngram=ngram, seed=seed, bands=bands, rows=rows,
         false_positive_weight=false_positive_weight,
-        false_negative_weight=false_negative_weight, n_tasks=n_tasks)
+        false_negative_weight=false_negative_weight, n_tasks=n_tasks,
+        exact_check=exact_check, texts_of=texts_of, max_representatives=max_representatives)
     result.counters["seconds"]["signatures"] = round(time.perf_counter() - t0, 3) - sum(
         v for k, v in result.counters["seconds"].items() if k != "signatures")
     return result
+
+
+def candidate_shingle_sets(texts: Iterable[str], n: int, ngram: int, batch: int = 4096
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`shingle_sets` of ``n`` texts, ``batch`` at a time (only one batch's texts
+    held at once). Raises ValueError when ``texts`` does not yield exactly ``n``."""
+    it = iter(texts)
+    values, offsets, base = [], [np.zeros(1, np.int64)], 0
+    while chunk := list(itertools.islice(it, batch)):
+        v, o = shingle_sets(chunk, ngram)
+        values.append(v)
+        offsets.append(o[1:] + base)
+        base += len(v)
+    off = np.concatenate(offsets)
+    if len(off) - 1 != n:
+        raise ValueError(f"fuzzy_dedup: {len(off) - 1} candidate texts for {n} candidates")
+    return (np.concatenate(values) if values else np.empty(0, np.uint64)), off
 
 
 def fuzzy_dedup_signatures(
     keys: Sequence[str], sig: np.ndarray, nsh: np.ndarray, threshold: float = 0.8,
     ngram: int = 5, seed: int = 1, bands: int | None = None, rows: int | None = None,
     false_positive_weight: float = 0.2, false_negative_weight: float = 0.8,
-    n_tasks: int | None = None,
+    n_tasks: int | None = None, exact_check: bool = True,
+    texts_of: Callable[[np.ndarray], Iterable[str]] | None = None,
+    max_representatives: int = 32,
 ) -> FuzzyDedupResult:
     """:func:`fuzzy_dedup` from precomputed signatures (the executor computes them per
     block on Ray workers and holds only ``num_perm * 4`` bytes per document).
@@ -214,12 +278,22 @@ def fuzzy_dedup_signatures(
         keys: unique document keys, length n.
         sig: uint32[n, num_perm] from :func:`minhash_signatures` (same ngram and seed).
         nsh: int64[n] shingle counts (0 = too short to compare; never a duplicate).
+        exact_check, max_representatives: as in :func:`fuzzy_dedup`.
+        texts_of: with ``exact_check``, called once with the int64 ascending indices
+            (into ``keys``) of the candidates (members of LSH clusters); yields their
+            texts in that order. Only the candidates' shingle sets are held (8 bytes per
+            distinct shingle).
+
+    Raises:
+        ValueError: shapes disagree, or ``exact_check`` without ``texts_of``.
     """
     keys = list(keys)
     n = len(keys)
     num_perm = int(sig.shape[1]) if sig.ndim == 2 else 0
     if sig.shape[0] != n or len(nsh) != n:
         raise ValueError(f"fuzzy_dedup: {sig.shape[0]} signatures for {n} keys")
+    if exact_check and texts_of is None:
+        raise ValueError("fuzzy_dedup: exact_check needs texts_of (the candidates' texts)")
     if bands is None or rows is None:
         bands, rows = lsh_params(threshold, num_perm, false_positive_weight,
                                  false_negative_weight)
@@ -233,7 +307,13 @@ def fuzzy_dedup_signatures(
     else:  # nothing to compare: no need for Ray
         edges = np.empty((0, 2), np.int64)
     t2 = time.perf_counter()
-    twin, sim, sizes, kept_below = cluster_candidates(sig, edges, threshold)
+    sizes, members, bounds = union_find_clusters(n, edges)
+    extra: dict[str, int] = {}
+    if exact_check:
+        twin, sim, extra = _verify_exactly(sig, order, members, bounds, edges, ngram,
+                                           threshold, texts_of, max_representatives)
+    else:
+        twin, sim = verify_estimate(sig, members, bounds, threshold)
     dups = np.flatnonzero(twin >= 0)
     removed: dict[str, tuple[str, float]] = {
         keys[order[i]]: (keys[order[twin[i]]], float(sim[i])) for i in dups}
@@ -244,14 +324,33 @@ def fuzzy_dedup_signatures(
               "ngram": ngram, "seed": seed, "hash": HASH_NAME, "scheme": SCHEME,
               "false_positive_weight": false_positive_weight,
               "false_negative_weight": false_negative_weight}
+    if exact_check:  # (absent when off: the former manifest record, byte for byte)
+        params |= {"exact_check": True, "max_representatives": max_representatives}
     counters = {"documents": n, "empty": int((~valid).sum()),
                 "candidate_pairs": int(len(edges)),
                 "candidate_clusters": int((sizes > 1).sum()) if n else 0,
-                "removed": len(removed), "kept_below_threshold": kept_below,
+                "removed": len(removed),
+                "kept_below_threshold": int(len(members) - len(dups) - (len(bounds) - 1)),
+                **extra,
                 "seconds": {"signatures": 0.0, "lsh": round(t2 - t1, 3),
                             "clusters": round(t3 - t2, 3)}}
     return FuzzyDedupResult(removed=removed, params=params, cluster_sizes=cluster_sizes,
                             counters=counters)
+
+
+def _verify_exactly(sig, order, members, bounds, edges, ngram, threshold, texts_of,
+                    max_representatives):
+    """Shingle sets of the cluster members (read through ``texts_of`` in input order),
+    then :func:`verify_exact`."""
+    n = len(order)
+    wanted = np.sort(order[members])  # input indices of the candidates
+    values, offsets = candidate_shingle_sets(texts_of(wanted), len(wanted), ngram)
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    set_row = np.full(n, -1, np.int64)
+    set_row[rank[wanted]] = np.arange(len(wanted))
+    return verify_exact(sig, members, bounds, edges, set_row, values, offsets, threshold,
+                        max_representatives)
 
 
 class FuzzyDedup(PipelineStep):
@@ -260,8 +359,8 @@ class FuzzyDedup(PipelineStep):
     It reads its whole input before yielding (a global stage), then yields the kept
     documents in input order and rejects the others with reason
     ``"fuzzy_dedup:near_duplicate"``, ``duplicate_of`` = the kept key and
-    ``detail = "jaccard=<estimate>"``. After running, ``self.result`` holds the
-    :class:`FuzzyDedupResult` (its ``params`` belong in the manifest).
+    ``detail`` = :func:`jaccard_detail` (``"jaccard=0.912 (exact)"``). After running,
+    ``self.result`` holds the :class:`FuzzyDedupResult` (its ``params`` belong in the manifest).
     """
 
     name = "fuzzy_dedup"
@@ -270,15 +369,17 @@ class FuzzyDedup(PipelineStep):
     def __init__(self, threshold: float = 0.8, ngram: int = 5, num_perm: int = 128,
                  seed: int = 1, bands: int | None = None, rows: int | None = None,
                  false_positive_weight: float = 0.2,
-                 false_negative_weight: float = 0.8) -> None:
+                 false_negative_weight: float = 0.8, exact_check: bool = True,
+                 max_representatives: int = 32) -> None:
         super().__init__(threshold=threshold, ngram=ngram, num_perm=num_perm, seed=seed,
                          bands=bands, rows=rows, false_positive_weight=false_positive_weight,
-                         false_negative_weight=false_negative_weight)
+                         false_negative_weight=false_negative_weight,
+                         exact_check=exact_check, max_representatives=max_representatives)
         self.result: FuzzyDedupResult | None = None
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:
         docs = list(docs)
-        self.result = fuzzy_dedup([d.key for d in docs], (d.text for d in docs),
+        self.result = fuzzy_dedup([d.key for d in docs], [d.text for d in docs],
                                   **self.config)
         for d in docs:
             hit = self.result.removed.get(d.key)
@@ -286,4 +387,4 @@ class FuzzyDedup(PipelineStep):
                 yield d
             else:
                 self.reject(d, "fuzzy_dedup:near_duplicate", duplicate_of=hit[0],
-                            detail=f"jaccard={hit[1]:.3f}")
+                            detail=jaccard_detail(hit[1], self.config["exact_check"]))
