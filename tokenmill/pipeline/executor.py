@@ -53,7 +53,7 @@ from tokenmill.tokenizers import identity
 
 log = logging.getLogger(__name__)
 
-PREPARE_VERSION = 3
+PREPARE_VERSION = 4  # 4: readers detect JSON layouts, BOMs, separators → "\n" (issue 13)
 TOKENIZE_VERSION = 2
 WRITE_VERSION = 1
 

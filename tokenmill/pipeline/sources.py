@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
-from tokenmill.pipeline.readers import is_data_file
+from tokenmill.pipeline.readers import is_data_file, printable_name
 
 _CARD = "README.md"
 
@@ -66,7 +66,10 @@ def _list_files(root: Path) -> tuple[list[str], list[str]]:
         rel = p.relative_to(root).as_posix()
         if rel == _CARD or any(part.startswith(".") for part in Path(rel).parts):
             continue
-        (files if is_data_file(rel) else skipped).append(rel)
+        if is_data_file(rel):
+            files.append(rel)  # as the file system gave it: the readers open it
+        else:
+            skipped.append(printable_name(rel))  # only reported: valid UTF-8
     return files, skipped
 
 
