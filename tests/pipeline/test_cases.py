@@ -149,3 +149,37 @@ def test_cases_end_to_end(tmp_path):
     assert sorted(r["key"] for r in q) == ["zst-trunc/part-a.jsonl.zst#000000000",
                                            "zst-trunc/part-b.jsonl.zst#000000000",
                                            "zst-trunc/part-c.jsonl.gz#000000193"]
+
+
+def test_stale_mtime_new_bytes_same_size_and_mtime_are_read_again(tmp_path):
+    """Case stale-mtime: v2 of a file (same size, same mtime, new text) is curated again."""
+    import os
+    import runpy
+
+    from tokenmill.manifests.shards import iter_documents
+    from tokenmill.pipeline.config import DatamixConfig
+    from tokenmill.pipeline.executor import run_datamix
+    from tokenmill.tokenizers import get_encoding
+
+    case = tmp_path / "case"
+    (case / "src").mkdir(parents=True)
+    (case / "src" / "README.md").write_text("---\nlicense: mit\n---\n")
+    cfg = DatamixConfig(name="stale", tokenizer="gpt2", data_root=str(case),
+                        output_dir=str(tmp_path / "out"), licenses={"allow": ["mit"]},
+                        sources=[{"name": "s", "path": "src", "quality_filters": False}],
+                        shards={"val_fraction": 0.0})
+    enc = get_encoding("gpt2")
+    texts = []
+    for make in ("make_v1.py", "make_v2.py"):
+        cwd = os.getcwd()
+        os.chdir(case)
+        try:
+            runpy.run_path(str(CASES / "stale-mtime" / make))
+        finally:
+            os.chdir(cwd)
+        res = run_datamix(cfg, num_cpus=1, progress=False)
+        out = res.manifest_path.parent
+        texts.append(sorted(enc.decode(t[1:].tolist()) for sh in res.manifest.shards()
+                            for _, t in iter_documents(out / sh.path)))
+    assert "Returns are accepted for 30 days." in texts[0]
+    assert texts[1] == ["Returns are accepted for 60 days.", "The store opens at nine."]

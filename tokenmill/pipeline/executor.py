@@ -89,8 +89,11 @@ class RunResult:
 
 
 def _file_stat(root: Path, rel: str) -> list:
-    st = (root / rel).stat()
-    return [rel, st.st_size, st.st_mtime_ns]
+    """An input file's part of its unit's cache key: path, size and sha256 of its bytes
+    (not the mtime: archives and copies keep or reset mtimes whatever the content)."""
+    from tokenmill.atomic import sha256_file
+
+    return [rel, (root / rel).stat().st_size, sha256_file(root / rel)]
 
 
 def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
