@@ -3,7 +3,8 @@
 Runs the four heuristic filters (Gopher quality, Gopher repetition, C4, FineWeb; default
 parameters) of both implementations over the same documents (read and normalized as a
 curation run does) on one core, and prints documents/s per filter and for all four, the
-ratio, and how often the two agree (keep/remove, each filter alone). tokenmill's caches
+ratio, and how often the two agree (keep/remove, each filter alone). The two run
+interleaved, document by document, so both see the same machine load. tokenmill's caches
 start empty; both sides get one warm-up document (spaCy's and numba's first-call cost).
 
 Usage: ``python benchmarks/bench_filters.py [--corpora c4-en-sample cc-main-2019-sample]
@@ -49,7 +50,7 @@ def load_texts(corpora: list[str], limit: int | None) -> list[str]:
     return texts[:limit]
 
 
-def run_ours(texts: list[str]) -> tuple[dict[str, float], dict[str, list[bool]]]:
+def _ours() -> dict:
     filters = {"gopher_quality": GopherQualityFilter(),
                "gopher_repetition": GopherRepetitionFilter(), "c4": C4QualityFilter(),
                "fineweb": FineWebQualityFilter()}
@@ -58,18 +59,11 @@ def run_ours(texts: list[str]) -> tuple[dict[str, float], dict[str, list[bool]]]
     words._CACHE.clear()
     words._STATS.clear()
     words._LAST.clear()
-    secs = dict.fromkeys(NAMES, 0.0)
-    keep: dict[str, list[bool]] = {n: [] for n in NAMES}
-    for t in texts:
-        for n, f in filters.items():
-            t0 = time.perf_counter()
-            r = f.reason(Document(key="k", source="s", text=t))
-            secs[n] += time.perf_counter() - t0
-            keep[n].append(r is None)
-    return secs, keep
+    return {n: (lambda t, f=f: f.reason(Document(key="k", source="s", text=t)) is None)
+            for n, f in filters.items()}
 
 
-def run_datatrove(texts: list[str]) -> tuple[dict[str, float], dict[str, list[bool]]]:
+def _datatrove() -> dict:
     from datatrove.data import Document as DtDocument
     from datatrove.pipeline.filters import (
         C4QualityFilter as DtC4,
@@ -88,15 +82,27 @@ def run_datatrove(texts: list[str]) -> tuple[dict[str, float], dict[str, list[bo
                "c4": DtC4(), "fineweb": DtFineWeb()}
     for f in filters.values():
         f.filter(DtDocument(text="A warm up text. " * 60, id="w"))
-    secs = dict.fromkeys(NAMES, 0.0)
-    keep: dict[str, list[bool]] = {n: [] for n in NAMES}
-    for i, t in enumerate(texts):
-        for n, f in filters.items():
-            t0 = time.perf_counter()
-            r = f.filter(DtDocument(text=t, id=str(i)))
-            secs[n] += time.perf_counter() - t0
-            keep[n].append(r if isinstance(r, bool) else r[0])
-    return secs, keep
+
+    def keep(f, t: str) -> bool:
+        r = f.filter(DtDocument(text=t, id="k"))
+        return r if isinstance(r, bool) else r[0]
+
+    return {n: (lambda t, f=f: keep(f, t)) for n, f in filters.items()}
+
+
+def run_both(texts: list[str]) -> dict[str, tuple[dict[str, float], dict[str, list[bool]]]]:
+    """Per document, tokenmill's four filters then datatrove's, so both see the same
+    machine load; each filter timed alone. Returns side → (seconds, keep decisions)."""
+    sides = {"tokenmill": _ours(), "datatrove": _datatrove()}
+    out = {side: (dict.fromkeys(NAMES, 0.0), {n: [] for n in NAMES}) for side in sides}
+    for t in texts:
+        for side, filters in sides.items():
+            secs, keep = out[side]
+            for n in NAMES:
+                t0 = time.perf_counter()
+                keep[n].append(filters[n](t))
+                secs[n] += time.perf_counter() - t0
+    return out
 
 
 def main() -> None:
@@ -106,8 +112,9 @@ def main() -> None:
     args = ap.parse_args()
     texts = load_texts(args.corpora, args.limit)
     n = len(texts)
-    ours, ok = run_ours(texts)
-    ref, rk = run_datatrove(texts)
+    res = run_both(texts)
+    ours, ok = res["tokenmill"]
+    ref, rk = res["datatrove"]
     print(f"{n} documents ({', '.join(args.corpora)}), one process, one core\n")
     print(f"{'filter':<18} {'tokenmill doc/s':>16} {'datatrove doc/s':>16} {'ratio':>7} "
           f"{'agree':>8}")
