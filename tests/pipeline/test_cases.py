@@ -183,3 +183,20 @@ def test_stale_mtime_new_bytes_same_size_and_mtime_are_read_again(tmp_path):
                             for _, t in iter_documents(out / sh.path)))
     assert "Returns are accepted for 30 days." in texts[0]
     assert texts[1] == ["Returns are accepted for 60 days.", "The store opens at nine."]
+
+
+def test_every_source_without_a_license_in_one_error(tmp_path):
+    from tokenmill.pipeline.config import DatamixConfig
+    from tokenmill.pipeline.sources import SourceError, resolve_sources
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "d.jsonl").write_text('{"text": "x"}\n')
+    (tmp_path / "c" / "README.md").write_text("---\nlicense: mit\n---\n")
+    cfg = DatamixConfig(name="lic", data_root=str(tmp_path), output_dir=str(tmp_path / "o"),
+                        sources=[{"name": n, "path": n} for n in ("a", "b", "c")])
+    with pytest.raises(SourceError) as e:
+        resolve_sources(cfg)
+    msg = str(e.value)
+    assert msg.startswith("2 of 3 sources cannot be used") and "\n" not in msg
+    assert "source 'a': no license" in msg and "source 'b': no license" in msg

@@ -48,7 +48,7 @@ from tokenmill.pipeline.intermediate import content_hash
 from tokenmill.pipeline.license import check_source_licenses
 from tokenmill.pipeline.readers import is_whole_file
 from tokenmill.manifests.shards import version_for_vocab
-from tokenmill.pipeline.sources import ResolvedSource, resolve_source
+from tokenmill.pipeline.sources import ResolvedSource, resolve_sources
 from tokenmill.tokenizers import identity
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def run_datamix(
     """
     t0 = time.perf_counter()
     tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
-    sources = [resolve_source(cfg, s) for s in cfg.sources]
+    sources = resolve_sources(cfg)  # every unusable source in one error
     check_source_licenses(cfg, sources)
     out_dir = Path(cfg.output_dir).resolve()
     work = out_dir / "work"

@@ -120,3 +120,25 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         per_document_license=src.document_license is not None, files=files,
         skipped_files=skipped, config=src,
     )
+
+
+def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
+    """:func:`resolve_source` for every source of ``cfg``, in order.
+
+    Raises:
+        SourceError: one error listing every source that cannot be used (no license,
+            missing folder, no data files...), so a user fixes them all in one go.
+    """
+    resolved: list[ResolvedSource] = []
+    problems: list[str] = []
+    for src in cfg.sources:
+        try:
+            resolved.append(resolve_source(cfg, src))
+        except SourceError as e:
+            problems.append(str(e))
+    if len(problems) == 1:
+        raise SourceError(problems[0])
+    if problems:
+        raise SourceError(f"{len(problems)} of {len(cfg.sources)} sources cannot be used: "
+                          + "; ".join(problems))
+    return resolved
