@@ -18,10 +18,11 @@ repetition filters); Raffel et al., "Exploring the Limits of Transfer Learning w
 Unified Text-to-Text Transformer" (2020), section 2.2 (C4); Penedo et al., "The FineWeb
 Datasets" (2024), section 3.3 (the three FineWeb filters). The concrete rules follow
 HuggingFace datatrove's implementations (``GopherQualityFilter``,
-``GopherRepetitionFilter``, ``C4QualityFilter``, ``FineWebQualityFilter``), with one
-difference: words come from :func:`split_into_words`, a regex word tokenizer (words and
-single punctuation marks, close to NLTK's Treebank tokenizer that datatrove uses for
-English) instead of a per-language NLTK/spaCy tokenizer.
+``GopherRepetitionFilter``, ``C4QualityFilter``, ``FineWebQualityFilter``; FineWeb's
+reference), and ``tests/pipeline/test_quality_reference.py`` checks that both decide the
+same on real corpora. Words and sentences come from :mod:`tokenmill.pipeline.words`, which
+follows the rules of spaCy's English tokenizer and sentencizer (what datatrove uses)
+without spaCy, so ``58.19`` is one word and ``Mr.`` ends no sentence.
 
 :class:`C4QualityFilter` edits the document: like C4 and datatrove it drops lines (no
 terminal punctuation, too few words, javascript, policy text, very long words) and keeps
@@ -40,36 +41,37 @@ import numba
 import numpy as np
 
 from tokenmill.pipeline.step import Document, DocumentFilter
-
-_WORD_RE = re.compile(r"\w+(?:['’\-]\w+)*|[^\w\s]")
-_PARA_SPLIT = re.compile(r"\n{2,}")
-_LINE_SPLIT = re.compile(r"\n+")
-_SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’)\]]*(?=\s|$)")
-
-PUNCTUATION = frozenset(
-    "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~«»‹›“”‘’„‚–—―…·•¡¿、。，！？：；（）【】《》「」『』"
+from tokenmill.pipeline.words import (
+    SENTENCE_TERMINALS,
+    count_sentences,
+    split_words,
+    word_counts,
 )
 
-# Gopher's stop-word list (Rae et al. 2021, A.1.1): at least two must occur.
+_PARA_SPLIT = re.compile(r"\n{2,}")
+_LINE_SPLIT = re.compile(r"\n+")
+
+# Gopher's stop-word list (Rae et al. 2021, A.1.1): at least two distinct ones must occur
+# (as written, lower case, as in datatrove).
 GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 
 # C4 (Raffel et al. 2020; tensorflow/datasets c4_utils) as in datatrove.
-C4_END_PUNCTUATION = (".", "?", "!", '"')
+# "lines that ended in a terminal punctuation mark (i.e. a period, exclamation mark, question
+# mark, or end quotation mark)": straight quotes, as datatrove.
+C4_END_PUNCTUATION = (".", "?", "!", '"', "'")
 C4_ELLIPSIS = "..."
 C4_POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
                         "use of cookies", "use cookies")
 C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 
-# FineWeb's line-end "stop chars" (datatrove TERMINAL_PUNCTUATION, main scripts).
-TERMINAL_PUNCTUATION = (
-    ".", "!", "?", "。", "！", "？", "…", "؟", "۔", "।", "॥", "։", "።", "၊", "။", "።",
-    "‼", "⁇", "⁈", "⁉", "︒", "﹒", "﹖", "﹗", "．", "｡", "\"", "'", "”", "’", "»", ")",
-)
+# FineWeb's line-end "stop chars": the sentence terminals of every script (". ! ?" and their
+# non-Latin equivalents; Unicode Sentence_Terminal). Not closing brackets or quotes.
+TERMINAL_PUNCTUATION: tuple[str, ...] = tuple(sorted(SENTENCE_TERMINALS))
 
 
 def split_into_words(text: str) -> list[str]:
-    """Words and single punctuation marks of ``text`` (regex ``\\w+(['’-]\\w+)*|[^\\w\\s]``)."""
-    return _WORD_RE.findall(text)
+    """Words and punctuation marks of ``text`` (:func:`tokenmill.pipeline.words.split_words`)."""
+    return split_words(text)
 
 
 def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
@@ -87,13 +89,15 @@ def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
 
 
 def _top_ngram_chars(words: Sequence[str], n: int) -> int:
-    """Characters covered by the most frequent word n-gram (len * count, 0 if unique).
+    """Characters covered by the most frequent word n-gram (len * count; when every n-gram
+    is unique, the first one: Gopher's "most frequent n-gram", as datatrove counts it).
+    0 when the text has fewer than n words.
     Pure-Python reference of :func:`_ngram_stats`."""
     grams = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
     if not grams:
         return 0
     gram, count = grams.most_common(1)[0]
-    return len(gram) * count if count > 1 else 0
+    return len(gram) * count
 
 
 def _dup_ngram_chars(words: Sequence[str], n: int) -> int:
@@ -117,21 +121,38 @@ def _dup_ngram_chars(words: Sequence[str], n: int) -> int:
 
 
 @numba.njit(cache=True)
-def _gram_hash(wh, i, n):
-    h = np.int64(0x345678)
-    for k in range(n):
-        h = (h ^ wh[i + k]) * np.int64(1000003)
-    return h
+def _gram_groups(wh, n):
+    """Word n-grams as dense ids: (int64[m] id per start position, int64[k] first position
+    of each id, int64[k] count of each id), m = len(wh) - n + 1. n-grams are compared by a
+    64-bit hash of their word hashes (a collision needs ~2^32 distinct n-grams)."""
+    m = wh.shape[0] - n + 1
+    h = wh[:m].copy()
+    for k in range(1, n):
+        for i in range(m):
+            h[i] = (h[i] * np.int64(1000003)) ^ wh[i + k]
+    order = np.argsort(h, kind="mergesort")  # stable: a group's first entry comes first
+    ids = np.empty(m, np.int64)
+    first = np.empty(m, np.int64)
+    counts = np.zeros(m, np.int64)
+    g = -1
+    for j in range(m):
+        p = order[j]
+        if j == 0 or h[p] != h[order[j - 1]]:
+            g += 1
+            first[g] = p
+        ids[p] = g
+        counts[g] += 1
+    return ids, first[:g + 1], counts[:g + 1]
 
 
 @numba.njit(cache=True)
 def _ngram_stats(wh, wl, top_ns, dup_ns):
     """Gopher repetition statistics over word hashes ``wh`` (int64) and word lengths
     ``wl`` (int64, characters): for each n in ``top_ns`` the characters of the most
-    frequent n-gram times its count (``" "``-joined length; 0 if no n-gram repeats; ties go
+    frequent n-gram times its count (``" "``-joined length; 0 if there is none; ties go
     to the first seen), and for each n in ``dup_ns`` the characters in repeated n-grams,
-    skipping past each repeat (datatrove ``find_all_duplicate``). n-grams are compared by a
-    64-bit hash of their words."""
+    skipping past each repeat (datatrove ``find_all_duplicate``). Returns (int64[len(top_ns)],
+    int64[len(dup_ns)])."""
     nw = wh.shape[0]
     csum = np.zeros(nw + 1, np.int64)
     for i in range(nw):
@@ -141,38 +162,27 @@ def _ngram_stats(wh, wl, top_ns, dup_ns):
         n = top_ns[t]
         if nw - n + 1 <= 0:
             continue
-        counts = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
-        first = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
-        for i in range(nw - n + 1):
-            h = _gram_hash(wh, i, n)
-            if h in counts:
-                counts[h] += 1
-            else:
-                counts[h] = 1
-                first[h] = i
-        best_c = 0
-        best_i = 0
-        for h, c in counts.items():
-            if c > best_c or (c == best_c and first[h] < best_i):
-                best_c = c
-                best_i = first[h]
-        if best_c > 1:
-            top[t] = (csum[best_i + n] - csum[best_i] + n - 1) * best_c
+        _, first, counts = _gram_groups(wh, n)
+        best_c, best_i = 0, 0
+        for g in range(counts.shape[0]):
+            if counts[g] > best_c or (counts[g] == best_c and first[g] < best_i):
+                best_c, best_i = counts[g], first[g]
+        top[t] = (csum[best_i + n] - csum[best_i] + n - 1) * best_c
     dup = np.zeros(dup_ns.shape[0], np.int64)
     for t in range(dup_ns.shape[0]):
         n = dup_ns[t]
-        seen = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
+        if nw - n + 1 <= 0:
+            continue
+        ids, first, _ = _gram_groups(wh, n)
+        seen = np.zeros(first.shape[0], np.bool_)
         i = 0
-        chars = 0
-        while i < nw - n + 1:
-            h = _gram_hash(wh, i, n)
-            if h in seen:
-                chars += csum[i + n] - csum[i]
+        while i < nw - n + 1:  # after a repeat, skip past it
+            if seen[ids[i]]:
+                dup[t] += csum[i + n] - csum[i]
                 i += n
             else:
-                seen[h] = 1
+                seen[ids[i]] = True
                 i += 1
-        dup[t] = chars
     return top, dup
 
 
@@ -187,7 +197,9 @@ class GopherQualityFilter(DocumentFilter):
     bullet (``bullet_lines``), more than ``max_ellipsis_lines_ratio`` of lines ending in an
     ellipsis (``ellipsis_lines``), fewer than ``min_alpha_words_ratio`` of words holding a
     letter (``alpha_ratio``; datatrove calls it ``max_non_alpha_words_ratio``) or fewer than
-    ``min_stop_words`` of Gopher's stop words (``stop_words``). ``None`` disables a check.
+    ``min_stop_words`` distinct Gopher stop words (``stop_words``; "the" twice is one).
+    Words come from :func:`tokenmill.pipeline.words.split_words`. ``None`` disables a
+    check.
     """
 
     name = "gopher_quality"
@@ -216,15 +228,12 @@ class GopherQualityFilter(DocumentFilter):
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        words = split_into_words(text)
-        n_words = len(words)
-        content = [w for w in words if any(ch not in PUNCTUATION for ch in w)]
-        n = len(content)
+        n_words, n, content_chars, n_alpha, vocab = word_counts(text)
         if c["min_doc_words"] is not None and n < c["min_doc_words"]:
             return "gopher_quality:word_count"
         if c["max_doc_words"] is not None and n > c["max_doc_words"]:
             return "gopher_quality:word_count"
-        mean_len = sum(map(len, content)) / n if n else 0.0
+        mean_len = content_chars / n if n else 0.0
         if c["min_avg_word_length"] is not None and mean_len < c["min_avg_word_length"]:
             return "gopher_quality:mean_word_length"
         if c["max_avg_word_length"] is not None and mean_len > c["max_avg_word_length"]:
@@ -246,12 +255,10 @@ class GopherQualityFilter(DocumentFilter):
                 if ell / len(lines) > c["max_ellipsis_lines_ratio"]:
                     return "gopher_quality:ellipsis_lines"
         if c["min_alpha_words_ratio"] is not None and n_words:
-            alpha = sum(any(ch.isalpha() for ch in w) for w in words)
-            if alpha / n_words < c["min_alpha_words_ratio"]:
+            if n_alpha / n_words < c["min_alpha_words_ratio"]:
                 return "gopher_quality:alpha_ratio"
         if c["min_stop_words"] is not None:
-            stops = sum(w.lower() in self.stop_words for w in words)
-            if stops < c["min_stop_words"]:
+            if len(self.stop_words.intersection(vocab)) < c["min_stop_words"]:
                 return "gopher_quality:stop_words"
         return None
 
@@ -294,7 +301,9 @@ class GopherRepetitionFilter(DocumentFilter):
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        n_chars = max(1, len(text))
+        if not text:
+            return "gopher_repetition:empty"
+        n_chars = len(text)
         paras = _PARA_SPLIT.split(text.strip())
         n_dup, dup_chars = _find_duplicates(paras)
         if c["dup_para_frac"] is not None and paras and n_dup / len(paras) > c["dup_para_frac"]:
@@ -360,7 +369,7 @@ class C4QualityFilter(DocumentFilter):
 
     @staticmethod
     def _sentences(line: str) -> int:
-        return max(1, len(_SENTENCE_END.findall(line)))
+        return count_sentences(split_words(line))
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
@@ -414,10 +423,12 @@ class FineWebQualityFilter(DocumentFilter):
     ``FineWebQualityFilter``).
 
     Over non-blank lines: remove a document if fewer than ``line_punct_thr`` of lines end in
-    terminal punctuation (``line_punct_ratio``; with ``line_punct_exclude_zero`` a ratio of
-    exactly 0 is let through), if at least ``short_line_thr`` of lines are at most
-    ``short_line_length`` characters (``short_line_ratio``), if duplicated lines hold at
-    least ``char_duplicates_ratio`` of the non-newline characters (``char_dup_ratio``), or
+    a sentence terminal (``. ! ?`` and their equivalents in other scripts, Unicode
+    ``Sentence_Terminal``; not ``)``, quotes or ``…``; the line as written, not right-stripped)
+    (``line_punct_ratio``; with ``line_punct_exclude_zero`` a ratio of exactly 0 is let
+    through), if more than ``short_line_thr`` of lines are at most ``short_line_length``
+    characters (``short_line_ratio``), if duplicated lines hold more than
+    ``char_duplicates_ratio`` of the non-newline characters (``char_dup_ratio``), or
     if there are more than ``new_line_ratio`` newlines per word (``list_ratio``). A
     document with no non-blank line is ``empty``.
     """
@@ -444,14 +455,14 @@ class FineWebQualityFilter(DocumentFilter):
         lines = [ln for ln in text.split("\n") if ln.strip()]
         if not lines:
             return "fineweb:empty"
-        ratio = sum(ln.rstrip().endswith(self.stop_chars) for ln in lines) / len(lines)
+        ratio = sum(ln.endswith(self.stop_chars) for ln in lines) / len(lines)
         if ratio < c["line_punct_thr"] and not (ratio == 0 and c["line_punct_exclude_zero"]):
             return "fineweb:line_punct_ratio"
         ratio = sum(len(ln) <= c["short_line_length"] for ln in lines) / len(lines)
-        if ratio >= c["short_line_thr"]:
+        if ratio > c["short_line_thr"]:
             return "fineweb:short_line_ratio"
         ratio = _find_duplicates(lines)[1] / max(1, len(text.replace("\n", "")))
-        if ratio >= c["char_duplicates_ratio"]:
+        if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
         words = split_into_words(text)
         if words and text.count("\n") / len(words) > c["new_line_ratio"]:

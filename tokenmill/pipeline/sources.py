@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
-from tokenmill.pipeline.readers import is_data_file
+from tokenmill.pipeline.readers import is_data_file, printable_name
 
 _CARD = "README.md"
 
@@ -74,7 +74,10 @@ def _list_files(root: Path) -> tuple[list[str], list[str]]:
         rel = p.relative_to(root).as_posix()
         if rel == _CARD or any(part.startswith(".") for part in Path(rel).parts):
             continue
-        (files if is_data_file(rel) else skipped).append(rel)
+        if is_data_file(rel):
+            files.append(rel)  # as the file system gave it: the readers open it
+        else:
+            skipped.append(printable_name(rel))  # only reported: valid UTF-8
     return files, skipped
 
 
@@ -125,3 +128,25 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         per_document_license=src.document_license is not None, files=files,
         skipped_files=skipped, config=src,
     )
+
+
+def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
+    """:func:`resolve_source` for every source of ``cfg``, in order.
+
+    Raises:
+        SourceError: one error listing every source that cannot be used (no license,
+            missing folder, no data files...), so a user fixes them all in one go.
+    """
+    resolved: list[ResolvedSource] = []
+    problems: list[str] = []
+    for src in cfg.sources:
+        try:
+            resolved.append(resolve_source(cfg, src))
+        except SourceError as e:
+            problems.append(str(e))
+    if len(problems) == 1:
+        raise SourceError(problems[0])
+    if problems:
+        raise SourceError(f"{len(problems)} of {len(cfg.sources)} sources cannot be used: "
+                          + "; ".join(problems))
+    return resolved
