@@ -32,6 +32,26 @@ def shutdown_ray() -> None:
         ray.shutdown()
 
 
+#: test folders whose tests share one embedded Ray (2 CPUs) instead of starting their own:
+#: a Ray start costs seconds, and the curation, n-gram and manifest tests start dozens
+SHARED_RAY_DIRS = ("manifests", "ngram", "pipeline")
+
+
+@pytest.fixture(autouse=True)
+def _shared_ray(request):
+    """Start the suite's one Ray before a test of ``SHARED_RAY_DIRS`` (a no-op when it is
+    up; ``run_datamix`` then reuses it and leaves it running), and shut Ray down before
+    any other test, so that forking and multi-process tests (the trainer's) start clean."""
+    from tokenmill.raysession import init_ray
+
+    folder = Path(str(request.node.fspath)).parent.name
+    if folder in SHARED_RAY_DIRS:
+        init_ray(num_cpus=2)
+    else:
+        shutdown_ray()
+    yield
+
+
 REPORT_FILES = ("report.html",)
 
 
@@ -51,7 +71,8 @@ def run_quickstart_like(out_dir: Path, num_cpus: int = 2, datamix: str = "quicks
     from tokenmill.pipeline.config import load_datamix
     from tokenmill.pipeline.executor import run_datamix
 
-    shutdown_ray()  # a Ray left by another test would override num_cpus
+    if num_cpus != 2:  # the shared Ray has 2 CPUs; any other count needs its own
+        shutdown_ray()
     repo = Path(__file__).resolve().parents[1]
     cfg = load_datamix(repo / "manifests" / datamix, data_root=data_root or str(corpora()),
                        output_dir=str(out_dir))

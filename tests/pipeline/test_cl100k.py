@@ -22,7 +22,7 @@ def test_cl100k_writes_uint32_shards(tmp_path):
     root = res.manifest_path.parent
     assert validate_manifest(res.manifest_path) == []
     enc = get_encoding("cl100k_base")
-    texts = {p.name: normalize_text(p.read_text(encoding="utf-8"))
+    texts = {p.name: normalize_text(p.read_text(encoding="utf-8-sig"))  # BOM skipped
              for p in (corpora("books-public-domain") / "data").iterdir()}
     seen = 0
     for sh in res.manifest.shards():

@@ -21,3 +21,14 @@ def test_missing_data_root_falls_back_to_hub_datamix(tmp_path):
     # offline with an empty cache the Hub source cannot be had: a clear error naming it
     assert r.returncode == 2
     assert "source 'c4-en-validation': could not fetch Hub dataset allenai/c4@main" in r.stderr
+
+
+def test_blocks_line_shows_reuse_per_stage():
+    from types import SimpleNamespace
+
+    from tokenmill.pipeline.commands import blocks_line
+
+    res = SimpleNamespace(total_units=3, reused_units=1, seconds=2.0,
+                          stage_blocks={"read": [3, 0], "c4": [1, 2], "tokenize": [1, 2]})
+    assert blocks_line(res) == ("blocks: 3 (1 reused from an earlier run; reused/blocks per "
+                                "stage: read 3/3, c4 1/3, tokenize 1/3)   wall time: 2.0 s")

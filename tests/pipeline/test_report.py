@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import html
 import json
 import re
 import shutil
@@ -143,7 +144,8 @@ def _check_rendered(out: Path, res) -> list[str]:
         assert data[:8] == PNG_MAGIC, name
         img = mpimg.imread(out / name)
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100, name
-    assert "http://" not in html and "https://" not in html
+    # no network asset (the removed documents' excerpts may quote URLs as text)
+    assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", html)
     return pngs
 
 
@@ -200,3 +202,104 @@ def test_waterfall_from_executor_style_counters():
 def test_report_needs_manifest(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_report(tmp_path)
+
+
+def _removals_run(out: Path) -> Path:
+    """A run folder whose quarantine holds 7 documents of one filter reason (HTML in their
+    text), per-document license removals of 3 variants in 2 families, a duplicate and an
+    undecodable row."""
+    long = "x" * 400
+    rows = [Rejection(f"s/f#{i:03d}", "s", "gopher_quality", "gopher_quality:word_count",
+                      text=f"<b>doc {i}</b> & {long}") for i in range(7)]
+    rows += [Rejection(f"s/g#{i:03d}", "s", "license", lic, text=f"licensed {i}")
+             for i, lic in enumerate(["license:cc-by-nc-4.0", "license:cc-by-nc-3.0-es",
+                                      "license:cc-by-nd-4.0"])]
+    rows += [Rejection("s/h#000", "s", "exact_dedup", "exact_dedup:duplicate", text="twin",
+                       duplicate_of="s/f#000"),
+             Rejection("s/r#000", "s", "read", "undecodable_bytes", raw=b"ab\xff<cd")]
+    out.mkdir()
+    (out / "quarantine").mkdir()
+    qp = out / "quarantine" / "s.parquet"
+    from tokenmill.pipeline.quarantine import to_table, write_quarantine
+
+    write_quarantine(qp, to_table(rows))
+    counts = SourceCounts(read=20, quarantined={"undecodable_bytes": 1},
+                          license_rejected={"cc-by-nc-4.0": 1, "cc-by-nc-3.0-es": 1,
+                                            "cc-by-nd-4.0": 1},
+                          exact_duplicates=1, filtered={"gopher_quality:word_count": 7}, kept=8)
+    src = SourceEntry(name="s", origin="o", license="other", mixture_weight=1.0,
+                      counts=counts, tokens={"train": 10, "val": 0},
+                      documents={"train": 8, "val": 0}, shards=[],
+                      stages={"read": {"rows": 20}, "read_errors": {"removed": 1},
+                              "license": {"docs_in": 19, "docs_out": 16, "rejected": {
+                                  f"license:{k}": v for k, v in counts.license_rejected.items()}},
+                              "gopher_quality": {"docs_in": 16, "docs_out": 9, "rejected": {
+                                  "gopher_quality:word_count": 7}},
+                              "exact_dedup": {"removed": 1}})
+    DatamixManifest(name="removals", config={}, config_sha256="0" * 64,
+                    tokenizer=identity("gpt2"), sources=[src],
+                    quarantine=[QuarantineEntry(path="quarantine/s.parquet", rows=len(rows),
+                                                sha256=sha256_file(qp))]).write(out)
+    return out
+
+
+def test_report_shows_examples_of_every_removal_reason(tmp_path):
+    from tokenmill.pipeline import report
+
+    out = _removals_run(tmp_path / "run")
+    html_text = write_report(out).html.read_text("utf-8")
+    sections = re.findall(r"<details><summary><b>([^<]+)</b>: (\d+) removed(?:, (\d) shown)?"
+                          r"</summary>(.*?)</details>", html_text, re.S)
+    got = {label: (int(n), body.count("<pre>")) for label, n, _, body in sections}
+    # every reason, in stage order; license variants by family; at most 5 examples each
+    assert list(got) == ["read: undecodable_bytes", "license: cc-by-nc", "license: cc-by-nd",
+                         "gopher_quality:word_count", "exact_dedup:duplicate"]
+    assert got["gopher_quality:word_count"] == (7, 5)
+    assert got["license: cc-by-nc"] == (2, 2)
+    body = next(b for lab, _, _, b in sections if lab == "gopher_quality:word_count")
+    # the first 300 characters, HTML-escaped: never the raw markup
+    assert "<b>doc" not in html_text
+    first = html.escape(f"<b>doc 0</b> & {'x' * 400}"[:300])
+    assert f"<pre>{first}…</pre>" in body
+    assert "s/f#005" not in body  # only the first five
+    assert "duplicate of <code>s/f#000</code>" in html_text
+    assert "ab\\xff&lt;cd" in html_text  # undecodable bytes shown escaped
+    # the stage columns say what they count
+    assert "<th class=l>source</th><th>rows read</th><th>after read errors</th>" in html_text
+    assert "<th>after license</th>" in html_text and "<th>kept</th>" in html_text
+    # license removals: families in the plot, the variants in a table
+    labels = set(report._removal_rates(_report_of(out)))
+    assert {"license: cc-by-nc", "license: cc-by-nd"} <= labels
+    assert not any(lab.startswith("license:cc") for lab in labels)
+    variants = re.search(r"Removed by per-document license</h3>(.*?)</table>", html_text,
+                         re.S).group(1)
+    assert variants.count("<tr>") == 4  # header + 3 variants
+    assert "<td class=l>cc-by-nc</td><td class=l>cc-by-nc-3.0-es</td><td>1</td>" in variants
+
+
+def _report_of(out: Path):
+    from tokenmill.pipeline import report
+
+    m = load_manifest(out)
+    stages, remaining = document_waterfall(m)
+    return report._Report(out=out, manifest=m, result=report.ReportResult(html=out / "x"),
+                          q_rows=[], examples={}, sidecars={}, stages=stages,
+                          remaining=remaining)
+
+
+def test_quickstart_report_groups_license_removals(quickstart):
+    """The quickstart's ~90 per-document license variants: a handful of family bars, every
+    variant in the table, every reason with examples."""
+    out = quickstart.manifest_path.parent
+    res = write_report(out)
+    html_text = res.html.read_text("utf-8")
+    variants = re.search(r"Removed by per-document license</h3>(.*?)</table>", html_text,
+                         re.S).group(1)
+    cc = next(s for s in quickstart.manifest.sources if s.name == "cc-main-2019-sample")
+    assert variants.count("<tr>") == 1 + len(cc.counts.license_rejected) > 30
+    summaries = re.findall(r"<summary><b>([^<]+)</b>", html_text)
+    assert len([s for s in summaries if s.startswith("license:")]) <= 6
+    filtered = {r for s in quickstart.manifest.sources for r in s.counts.filtered}
+    assert filtered and filtered <= set(summaries)
+    assert {"normalize: empty", "exact_dedup:duplicate", "fuzzy_dedup:duplicate"} <= \
+        set(summaries)

@@ -32,6 +32,7 @@ def mix(tmp_path_factory) -> Path:
         "good.jsonl": "".join(json.dumps({"text": t}) + "\n" for t in _DOCS),
         "empty.jsonl": "",
         "bad.jsonl": "{not json\n[1, 2\n{\"txt\": 1}\n",
+        "blank.txt": " \n\t\n",  # one document, empty after normalization
     })
     # every row quarantined: two unreadable rows, one that normalizes to nothing
     _source(root, "broken", {"rows.jsonl": '{oops\n{"text": "\\u0000"}\n{"a": \n'})
@@ -48,15 +49,20 @@ def test_empty_files_empty_sources_and_quarantine_share_are_warnings(mix, tmp_pa
     with ray_session(num_cpus=1):
         res = run_datamix(cfg, progress=False)
         on_disk = json.loads(res.manifest_path.read_text())["warnings"]
-        cfg.checks.max_quarantine_share = 0.1  # 3 of 15 rows of `mixed` now count too
+        cfg.checks.max_quarantine_share = 0.1  # 4 of 16 rows of `mixed` now count too
         strict = run_datamix(cfg, progress=False)
     got = [(w.kind, w.source, w.file) for w in res.warnings]
-    assert got == [("empty_file", "mixed", "bad.jsonl"), ("empty_file", "mixed", "empty.jsonl"),
+    assert got == [("empty_file", "mixed", "bad.jsonl"), ("empty_file", "mixed", "blank.txt"),
+                   ("empty_file", "mixed", "empty.jsonl"), ("empty_file", "broken", "rows.jsonl"),
                    ("empty_source", "broken", None), ("quarantine_share", "broken", None)]
     msgs = [w.message for w in res.warnings]
-    assert "source 'mixed': file bad.jsonl yields no document" in msgs[0]
-    assert msgs[2].startswith("source 'broken' keeps 0 of 3 documents")
-    assert "3 of 3 rows quarantined (100%, over checks.max_quarantine_share 50%)" in msgs[3]
+    assert msgs[0] == ("source 'mixed': file bad.jsonl yields no document (every row "
+                       "quarantined: invalid_json 2, missing_text 1)")
+    assert msgs[1].endswith("file blank.txt yields no document (every row quarantined: "
+                            "empty 1)")
+    assert msgs[2].endswith("file empty.jsonl yields no document (no rows)")
+    assert msgs[4].startswith("source 'broken' keeps 0 of 3 documents")
+    assert "3 of 3 rows quarantined (100%, over checks.max_quarantine_share 50%)" in msgs[5]
     # in the manifest on disk, and in the summary table (a column and one line each)
     assert [w["message"] for w in on_disk] == msgs
     table = summary_table(res.manifest)
@@ -73,8 +79,9 @@ def test_strict_makes_each_warning_an_error(mix, tmp_path, capsys):
     with ray_session(num_cpus=1):
         assert cli.main(["run", str(mix), "-q", "--no-report", "-o", out]) == 0
         captured = capsys.readouterr()
-        assert captured.out.count("WARNING ") == 4
+        assert captured.out.count("WARNING ") == 6
         assert cli.main(["run", str(mix), "-q", "--no-report", "-o", out, "--strict"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 4 and all(line.startswith("tokenmill: error: source '") for line in err)
-    assert "file empty.jsonl yields no document" in err[1]
+    assert len(err) == 6 and all(line.startswith("tokenmill: error: source '") for line in err)
+    assert "file empty.jsonl yields no document" in err[2]
+

@@ -24,6 +24,7 @@ from tokenmill.manifests.schema import (
     SourceEntry,
     ValidationSplit,
 )
+from tokenmill.pipeline.readers import printable_name
 from tokenmill.pipeline.sources import ResolvedSource
 from tokenmill.pipeline.stages import STAGES, StageDef
 
@@ -127,18 +128,13 @@ def source_entry(src: ResolvedSource, blocks: list[tuple[dict, dict]],
         stages=_manifest_stages(read, aggs))
 
 
-def printable_path(rel: str) -> str:
-    """A file name as valid UTF-8: bytes the file system gave that are not UTF-8 (held as
-    surrogate escapes) are shown as ``\\xNN``."""
-    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def file_documents(files: list[str], prepare_infos: list[dict[str, Any]]
                    ) -> dict[str, dict[str, Any]]:
-    """Per data file of a source (``files``, in order): ``{"docs": documents read,
-    "rejected": {reason: rows quarantined while reading}}``, summed over its blocks'
-    prepare infos (their ``files``)."""
-    out: dict[str, dict[str, Any]] = {f: {"docs": 0, "rejected": Counter()} for f in files}
+    """Per data file of a source (``files``, in order, by printable name): ``{"docs":
+    documents it yields, "rejected": {reason: rows quarantined (by the reader or
+    normalization)}}``, summed over its blocks' prepare infos (their ``files``)."""
+    out: dict[str, dict[str, Any]] = {printable_name(f): {"docs": 0, "rejected": Counter()}
+                                      for f in files}
     for info in prepare_infos:
         for rel, c in info.get("files", {}).items():
             agg = out.setdefault(rel, {"docs": 0, "rejected": Counter()})
@@ -164,13 +160,12 @@ def source_warnings(entry: SourceEntry, files: dict[str, dict[str, Any]],
     name, c = entry.name, entry.counts
     out = []
     for rel, f in files.items():
-        if f["docs"] == 0:
+        if f["docs"] <= 0:
             rows = sum(f["rejected"].values())
             why = f"every row quarantined: {_reasons(f['rejected'])}" if rows else "no rows"
             out.append(CurationWarning(
-                kind="empty_file", source=name, file=printable_path(rel),
-                message=f"source {name!r}: file {printable_path(rel)} yields no document "
-                        f"({why})"))
+                kind="empty_file", source=name, file=rel,
+                message=f"source {name!r}: file {rel} yields no document ({why})"))
     if c.kept == 0:
         removed = {SourceCounts.model_fields[k].title or k: c.removed_by(k)
                    for k in SourceCounts.removal_fields() if c.removed_by(k)}

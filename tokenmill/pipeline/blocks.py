@@ -39,14 +39,17 @@ import pyarrow.parquet as pq
 from tokenmill.atomic import atomic_open, sha256_file
 from tokenmill.pipeline import quarantine
 from tokenmill.pipeline.intermediate import StageOutput, content_hash
-from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.stages import build_stage, metadata_columns
+from tokenmill.pipeline.readers import printable_name, read_file
+from tokenmill.pipeline.stages import STAGES, build_stage, metadata_columns
 from tokenmill.pipeline.step import Document, Rejection
 
-PREPARE_VERSION = 5
+PREPARE_VERSION = 6
 READ_VERSION = 3  # 3: readers detect JSON layouts by content, BOMs, separators -> "\n" (issue 13)
 #: the spec keys that, with the files' content, make a unit's read address
 READ_SETTINGS = ("source", "text_field", "max_document_bytes", "limit", "block_documents")
+#: the document stages whose removals are quarantined rows (``counts="quarantined"``): a
+#: file none of whose rows passes them yields no document
+QUARANTINING = frozenset(s.name for s in STAGES if s.counts == "quarantined")
 
 
 def write_parquet(path: Path, table: pa.Table) -> None:
@@ -129,7 +132,9 @@ def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
     Returns ``{"files": [[path, size, sha256]], "hash_seconds": float, "blocks": [...]}``
     with, per block in order, ``{"digest", "info", "reused": {stage: bool}}``; info holds
     the counters (``read``, ``docs``, ``last``, ``stages``, and ``files``: per file of the
-    block ``{"docs": documents read, "rejected": {reason: rows}}``).
+    block, by its printable name, ``{"docs": documents it yields, "rejected": {reason:
+    rows}}``, counting the rows the reader and the quarantining stages (normalize)
+    quarantined).
     """
     fault_injection_delay()
     t0 = time.perf_counter()
@@ -216,7 +221,7 @@ def _read_block(spec: dict[str, Any], index: int, out: StageOutput
             last = False
             break
         n_read += 1
-        counts = per_file.setdefault(rel, {"docs": 0, "rejected": {}})
+        counts = per_file.setdefault(printable_name(rel), {"docs": 0, "rejected": {}})
         if isinstance(item, Rejection):
             rejected.append(item)
             counts["rejected"][item.reason] = counts["rejected"].get(item.reason, 0) + 1
@@ -252,6 +257,23 @@ def _document_stage(out: StageOutput, name: str, kwargs: dict[str, Any],
     return kept, info, False
 
 
+def _count_quarantined(source: str, stages: dict[str, Any], files: dict[str, Any],
+                       q_paths: list[Path]) -> None:
+    """Add, per file of ``files`` (the read info's), the rows the document stages in
+    :data:`QUARANTINING` quarantined: to its ``rejected`` reasons, and ``docs`` less them
+    (the documents it yields)."""
+    prefix = len(source) + 1  # keys are source/file#row
+    for name, path in zip(stages, q_paths, strict=True):
+        if name == "read" or name not in QUARANTINING:
+            continue
+        for key, reason in zip(*(quarantine.read_quarantine(path).column(c).to_pylist()
+                                 for c in ("key", "reason")), strict=True):
+            f = files.get(key[prefix:key.rindex("#")])
+            if f is not None:
+                f["docs"] -= 1
+                f["rejected"][reason] = f["rejected"].get(reason, 0) + 1
+
+
 def _prepare_block(spec: dict[str, Any], index: int, keys: dict[str, str],
                    out: StageOutput) -> tuple[dict[str, Any], dict[str, bool]]:
     work = spec["work"]
@@ -266,6 +288,9 @@ def _prepare_block(spec: dict[str, Any], index: int, keys: dict[str, str],
         docs, stages[name], reused[name] = _document_stage(st_out, name, kw, docs)
         problems += [st_out.problem] if st_out.problem else []
         q_paths.append(st_out.path(".quarantine.parquet"))
+    files = {f: {"docs": c["docs"], "rejected": dict(c["rejected"])}
+             for f, c in read_info["files"].items()}
+    _count_quarantined(spec["source"], stages, files, q_paths)
     ran = [name for name, _ in spec["stages"]]
     cols: dict[str, Any] = {
         "key": pa.array([d.key for d in docs], pa.string()),
@@ -278,7 +303,7 @@ def _prepare_block(spec: dict[str, Any], index: int, keys: dict[str, str],
     rows = pa.concat_tables([quarantine.read_quarantine(p) for p in q_paths]).to_pylist()
     rejected = [Rejection(**r) for r in sorted(rows, key=lambda r: r["key"])]
     info = {"read": read_info["read"], "docs": len(docs), "last": read_info["last"],
-            "stages": stages, "files": read_info["files"]}
+            "stages": stages, "files": files}
     _commit(out, pa.table(cols), rejected, info)
     reused["prepare"] = False
     if out.problem:

@@ -3,16 +3,18 @@
 
 Order of work for ``tokenmill run``:
 
-1. resolve sources (local folders, Hub snapshots) and refuse disallowed licenses;
+1. resolve sources (local folders, Hub snapshots) and refuse missing or disallowed
+   licenses, all in one error;
 2. ``prepare`` tasks, one per unit (a data file, or up to ``files_per_block`` small
-   files): read, then the source's ``document`` stages, then the ``global`` stages'
-   per-block columns, committed per block of ``block_documents`` rows and per stage
-   (:mod:`tokenmill.pipeline.blocks`);
+   files): hash its files (size and sha256 key its blocks), read, then the source's
+   ``document`` stages, then the ``global`` stages' per-block columns, committed per
+   block of ``block_documents`` rows and per stage (:mod:`tokenmill.pipeline.blocks`);
 3. the ``global`` stages' decisions, in order (exact dedup, then MinHash-LSH fuzzy dedup
    over the exact-unique documents), on the driver;
 4. the ``block`` stage (tokenize) per block: drop the removed documents, tokenize;
 5. the ``source`` stage (shard writing) per source: shards, sidecars, quarantine;
-6. the manifest (:mod:`tokenmill.pipeline.accounting`), written last and atomically.
+6. the manifest (:mod:`tokenmill.pipeline.accounting`: counts, input files, warnings),
+   written last and atomically.
 
 Every output is content-addressed by its inputs and its stage's version and config, so
 the result is byte-identical whatever the number of Ray workers, and a rerun reuses
@@ -41,16 +43,11 @@ from tokenmill.manifests.schema import (
 from tokenmill.manifests.shards import version_for_vocab
 from tokenmill.pipeline import blocks as block_work
 from tokenmill.pipeline import stages
-from tokenmill.pipeline.accounting import (
-    file_documents,
-    printable_path,
-    source_entry,
-    source_warnings,
-)
+from tokenmill.pipeline.accounting import file_documents, source_entry, source_warnings
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.intermediate import content_hash
 from tokenmill.pipeline.license import LicenseError, check_source_licenses
-from tokenmill.pipeline.readers import is_whole_file
+from tokenmill.pipeline.readers import is_whole_file, printable_name
 from tokenmill.pipeline.shard_writer import write_source
 from tokenmill.pipeline.sources import (
     MissingLicenseError,
@@ -290,7 +287,7 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
 def _input_files(src: ResolvedSource, units: list[Unit]) -> list[InputFile]:
     """The source's data files with size and sha256, in the source's file order."""
     hashed = {rel: (size, sha) for u in units for rel, size, sha in u.hashed}
-    return [InputFile(path=printable_path(rel), size=hashed[rel][0], sha256=hashed[rel][1])
+    return [InputFile(path=printable_name(rel), size=hashed[rel][0], sha256=hashed[rel][1])
             for rel in src.files]
 
 

@@ -549,6 +549,8 @@ def _examples_html(examples: dict[str, _Examples]) -> list[str]:
                      "</summary>")
         for row in ex.shown:
             note = [f"<code>{e(row.get('key') or '')}</code>"]
+            if row.get("reason") and not label.startswith(row["reason"]):
+                note.append(e(row["reason"]))  # the variant of a grouped reason
             if row.get("duplicate_of"):
                 note.append(f"duplicate of <code>{e(row['duplicate_of'])}</code>")
             if row.get("detail"):

@@ -76,6 +76,13 @@ class TrainConfig(BaseModel):
     legality: str | None = Field(default=None, description="saved legality table (file or "
                                  "folder; polarity from its header): masked validation")
     lem: bool = False
+    lem_features: str | None = Field(default=None, description="LEM side channel made before "
+                                     "the run (`tokenmill ngram lem` output folder); None: "
+                                     "lem_workers, else the online predictor")
+    lem_workers: int = Field(default=0, ge=0, description="> 0: LEM features from this many "
+                             "Ray CPU workers running ahead of the trainer, chunk by chunk")
+    lem_chunk_tokens: int | None = Field(default=None, gt=0, description="lem_workers: "
+                                         "stream tokens per task (None: window / 8)")
     lem_k: int = Field(default=4, gt=0)
     lem_ahead: int = Field(default=4, gt=0, description="LEMStream slots ahead of the trainer")
     lem_window: int | None = Field(default=None, gt=0, description="predictor memory window "
@@ -109,15 +116,21 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.lem and self.grad_accum != 1:
-            raise ValueError("lem: true supports grad_accum: 1 only")
+        if (self.lem_features is not None or self.lem_workers) and not self.lem:
+            raise ValueError("lem_features and lem_workers need lem: true")
+        if self.lem_features is not None and self.lem_workers:
+            raise ValueError("lem_features and lem_workers: choose one LEM source")
+        if (self.lem and self.lem_features is None and not self.lem_workers
+                and self.grad_accum != 1):
+            raise ValueError("lem: true supports grad_accum: 1 only with the online predictor "
+                             "(lem_features or lem_workers allow any)")
         return self
 
     @classmethod
     def load(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
-        """Read a YAML or JSON config. ``data``/``out_dir``/``legality`` in the file are
-        resolved against the file's folder; ``overrides`` (CLI options, ``None`` = not given)
-        replace file values as given (relative to the working directory).
+        """Read a YAML or JSON config. ``data``/``out_dir``/``legality``/``lem_features`` in
+        the file are resolved against the file's folder; ``overrides`` (CLI options, ``None``
+        = not given) replace file values as given (relative to the working directory).
 
         Raises:
             FileNotFoundError: no such file.
@@ -136,7 +149,7 @@ class TrainConfig(BaseModel):
         if not isinstance(raw, dict):
             raise TrainConfigError(f"{p}: a train config is a mapping of keys to values, "
                                    f"got a {type(raw).__name__}")
-        for key in ("data", "out_dir", "legality"):
+        for key in ("data", "out_dir", "legality", "lem_features"):
             if isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute():
                 raw[key] = str((p.parent / raw[key]).resolve())
         raw.update({k: v for k, v in overrides.items() if v is not None})

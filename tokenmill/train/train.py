@@ -8,8 +8,11 @@ forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint
 * data: the one loader (:mod:`tokenmill.train.batches`): document-aligned rows, one pass
   over a training-mix manifest or a curation manifest, no replacement, shards verified;
 * side inputs (:mod:`tokenmill.train.side`): the prefix auxiliary target, the LEM feature
-  from the online longest-exact-match predictor in its own process, and the legality mask at
-  evaluation;
+  (position mode, from the global stream, so the same for any number of ranks: read from a
+  side channel made before the run with ``tokenmill ngram lem`` (``lem_features``), from
+  Ray CPU workers running ahead chunk by chunk (``lem_workers``,
+  :mod:`tokenmill.train.lemworkers`), or from the online longest-exact-match predictor in
+  its own process), and the legality mask at evaluation;
 * AdamW with a cosine or trapezoid (warmup-stable-decay) schedule, gradient clipping, bf16
   autocast on GPU and fp32 on CPU;
 * periodic validation on fixed val rows, with and without the legality mask (and the count
@@ -34,6 +37,8 @@ paths are relative to the config file. A CPU smoke run on the quickstart output:
     lr: 5.0e-3
     prefix_aux_weight: 0.3          # optional: prefix auxiliary loss
     lem: true                       # optional: LEM side input (LEMStream process)
+    lem_features: lem/              # optional: ... read from `tokenmill ngram lem` output
+    # lem_workers: 4                # optional: ... or computed by 4 Ray CPU workers
     legality: gpt2.legality         # optional: masked validation loss
 
     tokenmill train train-tiny.yaml                 # one process
@@ -79,9 +84,16 @@ from tokenmill.train.checkpoint import (
 from tokenmill.train.config import TrainConfig, lr_at
 from tokenmill.train.data import MixLoader
 from tokenmill.train.kernels import fused_cross_entropy, masked_target_count
+from tokenmill.train.lemworkers import LEMWorkers
 from tokenmill.train.model import GPT, GPTConfig
 from tokenmill.train.report import RunResult, plot_losses, summary_table
-from tokenmill.train.side import LEMFeed, lem_for_validation, load_mask_bits, prefix_array
+from tokenmill.train.side import (
+    LEMFeed,
+    LEMSideChannel,
+    lem_for_validation,
+    load_mask_bits,
+    prefix_array,
+)
 
 __all__ = ["Run", "RunResult", "TrainConfig", "evaluate", "latest_checkpoint", "lr_at",
            "setup", "train", "training_loop"]
@@ -117,7 +129,7 @@ class Run:
     autocast: Callable[[], AbstractContextManager]
     mask_bits: torch.Tensor | None = None
     prefix: torch.Tensor | None = None
-    lem_feed: LEMFeed | None = None
+    lem_feed: LEMFeed | LEMSideChannel | LEMWorkers | None = None
     val_lem: tuple[np.ndarray, np.ndarray] | None = None
     step: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)
@@ -151,8 +163,8 @@ class Run:
             kw["doc_ids"] = doc_ids(d["cu_seqlens"], *x.shape).to(self.device)
         if self.prefix is not None:
             kw.update(aux_targets=self.prefix[y], aux_weight=self.cfg.prefix_aux_weight)
-        if self.lem_feed is not None:
-            ml, cand = self.lem_feed.get(self.step)
+        if self.lem_feed is not None:  # by the loader's global step: resume, ranks, accum
+            ml, cand = self.lem_feed.get(int(d["step"]))
             kw.update(lem_len=ml.to(self.device), lem_cand=cand.to(self.device))
         return x, y, kw
 
@@ -191,7 +203,7 @@ class Run:
         return path
 
     def close(self) -> None:
-        """Stop the LEM predictor process, if any."""
+        """Stop the LEM source (predictor process, Ray workers), if any."""
         if self.lem_feed is not None:
             self.lem_feed.close()
 
@@ -311,11 +323,36 @@ def _build(cfg: TrainConfig, ident: TokenizerIdentity, resume: bool) -> Run:
     return run
 
 
+def _lem_feed(cfg: TrainConfig, rank: int, world: int,
+              eot: int) -> LEMFeed | LEMSideChannel | None:
+    """The LEM source built before the model: the side channel (checked: mix sha256,
+    geometry, every file's sha256 unless ``verify: false``), or the online predictor's
+    process, or none (no LEM, or Ray workers: started once the budget is checked)."""
+    if not cfg.lem or cfg.lem_workers:
+        return None
+    if cfg.lem_features is not None:
+        return LEMSideChannel(cfg.lem_features, cfg, rank, world, verify=cfg.verify)
+    return LEMFeed(cfg, rank, world, eot)
+
+
+def _val_lem(run: Run, eot: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validation LEM features in the training features' mode and settings (position mode;
+    the side channel's window, max_len and length saturation, or the online predictor's)."""
+    cfg, feed = run.cfg, run.lem_feed
+    if isinstance(feed, LEMSideChannel):
+        return lem_for_validation(cfg, run.val, eot, k=cfg.lem_k, window=int(feed.meta["window"]),
+                                  max_len=int(feed.meta["max_len"]), world=run.world,
+                                  len_cap=feed.len_cap)
+    return lem_for_validation(cfg, run.val, eot, k=cfg.lem_k, window=cfg.lem_window or 4_000_000,
+                              max_len=cfg.lem_max_len, world=run.world)
+
+
 def setup(cfg: TrainConfig, resume: bool = False) -> Run:
-    """Build a :class:`Run`: the LEM predictor's process (forked first, before CUDA is
-    initialised), device and process group, the train loader (budget checked) and
-    validation rows, side inputs, model and optimizer (same seed on every rank), and with
-    ``resume`` the state of the newest checkpoint (the predictor replays up to its step).
+    """Build a :class:`Run`: the LEM side channel (checked) or the LEM predictor's process
+    (forked first, before CUDA is initialised), device and process group, the train loader
+    (budget checked) and validation rows, side inputs, model and optimizer (same seed on
+    every rank), and with ``resume`` the state of the newest checkpoint (the predictor
+    replays up to its step).
 
     Raises:
         ValueError: bad data (names the file), a budget too small for ``steps``, or
@@ -325,13 +362,15 @@ def setup(cfg: TrainConfig, resume: bool = False) -> Run:
     device_type(cfg)  # before any work
     rank, world, _ = _dist_env()
     ident = data_tokenizer(cfg.data)
-    feed = LEMFeed(cfg, rank, world, ident.eot_token) if cfg.lem else None
+    feed = _lem_feed(cfg, rank, world, ident.eot_token)
     try:
         run = _build(cfg, ident, resume)
+        if cfg.lem and cfg.lem_workers:
+            feed = LEMWorkers(cfg, rank, world, ident.eot_token)
         if feed is not None:
             run.lem_feed = feed
             feed.skip_to(run.step)
-            run.val_lem = lem_for_validation(cfg, run.val, ident.eot_token)
+            run.val_lem = _val_lem(run, ident.eot_token)
     except BaseException:
         if feed is not None:
             feed.close()

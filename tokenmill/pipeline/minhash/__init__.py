@@ -209,16 +209,8 @@ def fuzzy_dedup(
     """
     keys = list(keys)
     n = len(keys)
-    if len(set(keys)) != n:
-        dup = [k for k, c in Counter(keys).items() if c > 1][:3]
-        raise ValueError(f"fuzzy_dedup: duplicate document keys, e.g. {dup}")
-    if bands is None or rows is None:
-        bands, rows = lsh_params(threshold, num_perm, false_positive_weight,
-                                 false_negative_weight)
-    if bands * rows > num_perm:
-        raise ValueError(f"bands*rows = {bands}*{rows} exceeds num_perm = {num_perm}")
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    bands, rows = _checked(keys, threshold, num_perm, bands, rows, false_positive_weight,
+                           false_negative_weight)
     t0 = time.perf_counter()
     if exact_check and not isinstance(texts, Sequence):
         texts = list(texts)
@@ -244,6 +236,22 @@ def fuzzy_dedup(
     result.counters["seconds"]["signatures"] = round(time.perf_counter() - t0, 3) - sum(
         v for k, v in result.counters["seconds"].items() if k != "signatures")
     return result
+
+
+def _checked(keys: list[str], threshold: float, num_perm: int, bands: int | None,
+             rows: int | None, fp_weight: float, fn_weight: float) -> tuple[int, int]:
+    """The (bands, rows) to use; ValueError on duplicate keys, a bad threshold or
+    ``bands * rows > num_perm``."""
+    if len(set(keys)) != len(keys):
+        dup = [k for k, c in Counter(keys).items() if c > 1][:3]
+        raise ValueError(f"fuzzy_dedup: duplicate document keys, e.g. {dup}")
+    if bands is None or rows is None:
+        bands, rows = lsh_params(threshold, num_perm, fp_weight, fn_weight)
+    if bands * rows > num_perm:
+        raise ValueError(f"bands*rows = {bands}*{rows} exceeds num_perm = {num_perm}")
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    return bands, rows
 
 
 def candidate_shingle_sets(texts: Iterable[str], n: int, ngram: int, batch: int = 4096
@@ -285,7 +293,8 @@ def fuzzy_dedup_signatures(
             distinct shingle).
 
     Raises:
-        ValueError: shapes disagree, or ``exact_check`` without ``texts_of``.
+        ValueError: shapes disagree, ``exact_check`` without ``texts_of``, or
+            ``max_representatives < 0``.
     """
     keys = list(keys)
     n = len(keys)
@@ -294,6 +303,8 @@ def fuzzy_dedup_signatures(
         raise ValueError(f"fuzzy_dedup: {sig.shape[0]} signatures for {n} keys")
     if exact_check and texts_of is None:
         raise ValueError("fuzzy_dedup: exact_check needs texts_of (the candidates' texts)")
+    if max_representatives < 0:
+        raise ValueError(f"max_representatives must be >= 0, got {max_representatives}")
     if bands is None or rows is None:
         bands, rows = lsh_params(threshold, num_perm, false_positive_weight,
                                  false_negative_weight)

@@ -1,0 +1,151 @@
+"""LEM features computed while training by CPU workers (Ray tasks), chunk by chunk ahead.
+
+:class:`LEMWorkers` is the third LEM source of the trainer (config ``lem_workers: N``), next
+to the side channel made before the run and the online predictor's process: the global
+training stream (the loader's rows of ``T + 1`` tokens, the stream of ``tokenmill ngram
+lem``) is cut into the independent position-mode chunks of
+:func:`tokenmill.ngram.precompute.plan_chunks` (each with its own history window), and each
+chunk is a Ray task running :func:`tokenmill.ngram.precompute.lem_chunk_position`. The
+trainer submits chunks as it reads the stream, keeps ``ahead`` chunks in flight past the
+one it needs, and waits (``wait_s``, reported as the LEM wait share) only when a chunk is
+not done yet; so training starts after the first (short) chunk, and more workers keep up
+with a faster trainer. The features equal ``precompute_lem`` over the stream (hence the
+side channel's, before its uint8 saturation), for any number of ranks (each rank computes
+the global stream's chunks and reads its rows: ``world`` times the CPU work of one).
+
+Memory: the stream of the run (``steps * Bg * (T + 1)`` int32, read ahead as chunks are
+submitted) and the results of the chunks in flight.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from tokenmill.ngram.precompute import lem_chunk_position, plan_chunks
+from tokenmill.raysession import init_ray
+from tokenmill.train.batches import open_loader
+from tokenmill.train.config import TrainConfig
+
+
+class LEMWorkers:
+    """Position-mode LEM features from Ray tasks that run ahead of the trainer.
+
+    Args:
+        cfg: the run (``lem_k``, ``lem_window`` (None: 4 M), ``lem_max_len``,
+            ``lem_workers``, ``lem_chunk_tokens`` (None: ``window / 8``)).
+        rank, world: this rank; the global stream has ``batch_size * world`` rows per step.
+        eot: the EOT/BOS token id.
+        ahead: chunks kept in flight past the one the trainer reads (default ``2 *
+            lem_workers``).
+
+    ``get(step)`` returns ``(match_len int32 [B, T], candidates int32 [B, T, k])``.
+    """
+
+    def __init__(self, cfg: TrainConfig, rank: int, world: int, eot: int,
+                 ahead: int | None = None) -> None:
+        import ray
+
+        self.B, self.Bg, self.T, self.rank = cfg.batch_size, cfg.batch_size * world, \
+            cfg.seq_len, rank
+        self.w = cfg.seq_len + 1
+        n = cfg.steps * cfg.grad_accum * self.Bg * self.w
+        self.window = cfg.lem_window or 4_000_000
+        size = cfg.lem_chunk_tokens or max(self.w, self.window // 8)
+        self.chunks = plan_chunks(n, window=self.window, chunk_tokens=size)
+        self.los = np.array([c[1] for c in self.chunks] + [n], np.int64)
+        self.kw = {"k": cfg.lem_k, "eot": int(eot), "max_len": cfg.lem_max_len}
+        self.stream = np.empty(n, np.int32)
+        self.read_to = 0
+        self.loader = open_loader(cfg, "train", 0, 1, batch_size=self.Bg, verify=False)
+        self.ahead = ahead or 2 * cfg.lem_workers
+        self.started = init_ray(None, cfg.lem_workers)
+        self.task = ray.remote(num_cpus=1, max_retries=3)(lem_chunk_position)
+        self.refs: dict[int, object] = {}
+        self.done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.next_chunk = 0
+        self.wait_s, self.lag_sum, self.lag_n, self.step = 0.0, 0, 0, 0
+        self._submit_to(self.ahead)
+
+    def _read_stream(self, hi: int) -> None:
+        while self.read_to < hi:
+            d = self.loader.next_batch()
+            rows = torch.cat([d["inputs"], d["targets"][:, -1:]], dim=1).numpy()
+            self.stream[self.read_to:self.read_to + rows.size] = rows.reshape(-1)
+            self.read_to += rows.size
+
+    def _submit_to(self, last: int) -> None:
+        """Submit every chunk up to index ``last`` (inclusive) not submitted yet."""
+        while self.next_chunk <= min(last, len(self.chunks) - 1):
+            start, lo, hi = self.chunks[self.next_chunk]
+            self._read_stream(hi)
+            self.refs[self.next_chunk] = self.task.remote(
+                self.stream[start:hi].copy(), hi - lo, **self.kw)
+            self.next_chunk += 1
+
+    def _chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        import ray
+
+        if c not in self.done:
+            if c not in self.refs:
+                self._submit_to(c)
+            self.done[c] = ray.get(self.refs.pop(c))
+        return self.done[c]
+
+    def skip_to(self, step: int) -> None:
+        """Start at ``step`` after a resume: chunks before it are never computed."""
+        c = int(np.searchsorted(self.los, step * self.Bg * self.w, side="right")) - 1
+        if c > self.next_chunk:
+            for i in list(self.refs):
+                del self.refs[i]
+            self.next_chunk = c
+        self.step = step
+        self._submit_to(c + self.ahead)
+
+    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's features of the loader's global step ``step``; the call's time
+        (reading the stream ahead, submitting, waiting for chunks) adds to ``wait_s``."""
+        t0 = time.perf_counter()
+        row0 = step * self.Bg + self.rank * self.B
+        lo, hi = row0 * self.w, (row0 + self.B) * self.w
+        ca = int(np.searchsorted(self.los, lo, side="right")) - 1
+        cb = int(np.searchsorted(self.los, hi - 1, side="right")) - 1
+        self._submit_to(cb + self.ahead)
+        ml = np.empty(hi - lo, np.int32)
+        nt = np.empty((hi - lo, self.kw["k"]), np.int32)
+        for c in range(ca, cb + 1):
+            cml, cnt = self._chunk(c)
+            a, b = max(lo, int(self.los[c])), min(hi, int(self.los[c + 1]))
+            ml[a - lo:b - lo] = cml[a - int(self.los[c]):b - int(self.los[c])]
+            nt[a - lo:b - lo] = cnt[a - int(self.los[c]):b - int(self.los[c])]
+        for c in [c for c in self.done if c < ca]:
+            del self.done[c]
+        self.step = step + 1
+        self.lag_sum += self.lag
+        self.lag_n += 1
+        out = (torch.from_numpy(np.ascontiguousarray(ml.reshape(self.B, self.w)[:, :self.T])),
+               torch.from_numpy(np.ascontiguousarray(nt.reshape(self.B, self.w, -1)[:, :self.T])))
+        self.wait_s += time.perf_counter() - t0
+        return out
+
+    @property
+    def lag(self) -> int:
+        """Steps of the stream submitted (done or in flight) past the trainer's."""
+        return int(self.los[self.next_chunk] // (self.Bg * self.w)) - self.step
+
+    @property
+    def mean_lag(self) -> float:
+        """Mean of :attr:`lag` over the steps read so far."""
+        return self.lag_sum / self.lag_n if self.lag_n else float("nan")
+
+    def close(self) -> None:
+        """Drop the tasks in flight; shut Ray down if this feed started it."""
+        self.refs.clear()
+        self.done.clear()
+        if self.started:
+            import ray
+
+            ray.shutdown()
+            self.started = False
