@@ -46,15 +46,9 @@ from tokenmill.pipeline import stages
 from tokenmill.pipeline.accounting import file_documents, source_entry, source_warnings
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.intermediate import content_hash
-from tokenmill.pipeline.license import LicenseError, check_source_licenses
 from tokenmill.pipeline.readers import is_whole_file, printable_name
 from tokenmill.pipeline.shard_writer import write_source
-from tokenmill.pipeline.sources import (
-    MissingLicenseError,
-    ResolvedSource,
-    SourceError,
-    resolve_source,
-)
+from tokenmill.pipeline.sources import ResolvedSource, resolve_sources
 from tokenmill.pipeline.step import BlockColumns, Removals
 from tokenmill.pipeline.units import META_COLUMNS, tokenize_unit
 from tokenmill.raysession import ray_session
@@ -120,10 +114,6 @@ def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
     return out
 
 
-class SourceLicenseError(SourceError, LicenseError):
-    """Sources without a license or with one not allowed, all named in one line."""
-
-
 def _run_tasks(fn, specs: list[dict], desc: str, show: bool) -> list[Any]:
     """Run ``fn`` over ``specs`` as Ray tasks with a progress bar; results in spec order."""
     import ray
@@ -158,35 +148,6 @@ def run_datamix(
     plan = plan_units(cfg, sources)
     with ray_session(ray_address, num_cpus):
         return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
-
-
-def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
-    """Every source of ``cfg`` resolved, their licenses checked against the allow-list.
-
-    Raises:
-        SourceError: a source cannot be used (the first one, named).
-        LicenseError: one error, one line, naming every source without a license and every
-            source whose license is not allowed (not one error per run).
-    """
-    sources: list[ResolvedSource] = []
-    missing: list[str] = []
-    for s in cfg.sources:
-        try:
-            sources.append(resolve_source(cfg, s))
-        except MissingLicenseError as e:
-            missing.append(f"{s.name!r} (no license in {e.card})")
-    problems = []
-    if missing:
-        problems.append(f"no license for {len(missing)} source(s): {', '.join(missing)}; "
-                        "set `license:` on the source in the datamix, or in the dataset "
-                        "card's front matter")
-    try:
-        check_source_licenses(cfg, sources)
-    except LicenseError as e:
-        problems.append(str(e))
-    if problems:
-        raise SourceLicenseError("; ".join(problems))
-    return sources
 
 
 def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:

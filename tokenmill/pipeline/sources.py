@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
+from tokenmill.pipeline.license import LicenseError, check_source_licenses
 from tokenmill.pipeline.readers import is_data_file, printable_name
 
 _CARD = "README.md"
@@ -130,23 +131,44 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
     )
 
 
+class SourceLicenseError(SourceError, LicenseError):
+    """Sources without a license or with one not allowed, all named in one line."""
+
+
 def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
-    """:func:`resolve_source` for every source of ``cfg``, in order.
+    """:func:`resolve_source` for every source of ``cfg``, in order, with their licenses
+    checked against the allow-list.
 
     Raises:
-        SourceError: one error listing every source that cannot be used (no license,
-            missing folder, no data files...), so a user fixes them all in one go.
+        SourceError: one error, one line, listing every source that cannot be used
+            (missing folder, no data files...), so a user fixes them all in one go; a
+            :class:`SourceLicenseError` (also a ``LicenseError``) when any of them is
+            about licenses: every source without a license and every source whose
+            license is not allowed, together (not one error per run).
     """
     resolved: list[ResolvedSource] = []
+    missing: list[str] = []
     problems: list[str] = []
     for src in cfg.sources:
         try:
             resolved.append(resolve_source(cfg, src))
+        except MissingLicenseError as e:
+            missing.append(f"{src.name!r} (no license in {e.card})")
         except SourceError as e:
             problems.append(str(e))
-    if len(problems) == 1:
-        raise SourceError(problems[0])
+    unusable = len(problems) + len(missing)
+    license_problems = []
+    if missing:
+        license_problems.append(
+            f"no license for {len(missing)} source(s): {', '.join(missing)}; set `license:` "
+            "on the source in the datamix, or in the dataset card's front matter")
+    try:
+        check_source_licenses(cfg, resolved)
+    except LicenseError as e:
+        license_problems.append(str(e))
+    if not problems and not license_problems:
+        return resolved
+    message = "; ".join(problems + license_problems)
     if problems:
-        raise SourceError(f"{len(problems)} of {len(cfg.sources)} sources cannot be used: "
-                          + "; ".join(problems))
-    return resolved
+        message = f"{unusable} of {len(cfg.sources)} sources cannot be used: {message}"
+    raise (SourceLicenseError if license_problems else SourceError)(message)
