@@ -41,6 +41,7 @@ fuzzy_dedup: {}
 """
 
 
+@pytest.mark.slow
 def test_sigkill_at_five_random_moments(tmp_path):
     """A run of every stage (14 blocks) killed (SIGKILL, whole process group: driver and
     Ray) at 5 moments spread over its stages; each rerun completes with byte-identical
