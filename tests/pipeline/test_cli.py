@@ -30,5 +30,5 @@ def test_blocks_line_shows_reuse_per_stage():
 
     res = SimpleNamespace(total_units=3, reused_units=1, seconds=2.0,
                           stage_blocks={"read": [3, 0], "c4": [1, 2], "tokenize": [1, 2]})
-    assert blocks_line(res) == ("blocks: 3 (1 reused from an earlier run; reused/blocks per "
+    assert blocks_line(res) == ("blocks: 3 (1 reused whole from an earlier run; reused/blocks per "
                                 "stage: read 3/3, c4 1/3, tokenize 1/3)   wall time: 2.0 s")

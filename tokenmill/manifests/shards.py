@@ -120,7 +120,8 @@ def read_header(path: str | os.PathLike) -> ShardHeader:
         raise ShardError(f"{path}: {size} bytes, shorter than the {HEADER_BYTES}-byte header")
     header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
     if header[0] != MAGIC:
-        raise ShardError(f"{path}: magic {header[0]} != {MAGIC}")
+        raise ShardError(f"{path}: not a token shard: its header starts with {header[0]}, "
+                         f"a shard's with the magic number {MAGIC} (modded-nanogpt layout)")
     version = int(header[1])
     if version not in _DTYPES:
         raise ShardError(f"{path}: unsupported shard version {version}")

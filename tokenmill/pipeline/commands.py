@@ -74,7 +74,7 @@ def blocks_line(res) -> str:
     order) ``reused/blocks``, and the wall time."""
     per_stage = ", ".join(f"{name} {reused}/{reused + computed}"
                           for name, (reused, computed) in res.stage_blocks.items())
-    return (f"blocks: {res.total_units} ({res.reused_units} reused from an earlier run; "
+    return (f"blocks: {res.total_units} ({res.reused_units} reused whole from an earlier run; "
             f"reused/blocks per stage: {per_stage})   wall time: {res.seconds:.1f} s")
 
 

@@ -99,10 +99,19 @@ class SourceConfig(_Model):
 class FilterConfig(_Model):
     """Basic length filters (applied after normalization and exact dedup)."""
 
-    min_chars: int = 1
-    max_chars: int = 5_000_000
-    min_words: int = 1
-    max_words: int = 1_000_000
+    min_chars: int = Field(default=1, ge=0)
+    max_chars: int = Field(default=5_000_000, ge=1)
+    min_words: int = Field(default=1, ge=0)
+    max_words: int = Field(default=1_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> FilterConfig:
+        # min > max would remove every document of every source without a word
+        if self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars {self.min_chars} > max_chars {self.max_chars}")
+        if self.min_words > self.max_words:
+            raise ValueError(f"min_words {self.min_words} > max_words {self.max_words}")
+        return self
 
 
 class QualityConfig(_Model):
@@ -119,16 +128,16 @@ class LanguageConfig(_Model):
     """Language identification (tokenmill.pipeline.langid, model shipped in the package)."""
 
     languages: list[str] | None = Field(default=None, description="allowed; None: label only")
-    min_score: float = 0.65
+    min_score: float = Field(default=0.65, ge=0.0, le=1.0)
     backend: str = "fasttext"
 
 
 class FuzzyDedupConfig(_Model):
     """MinHash-LSH near-duplicate removal (tokenmill.pipeline.minhash)."""
 
-    threshold: float = 0.8
-    ngram: int = 5
-    num_perm: int = 128
+    threshold: float = Field(default=0.8, gt=0.0, lt=1.0)
+    ngram: int = Field(default=5, ge=1)
+    num_perm: int = Field(default=128, ge=2)
     seed: int = 1
     exact_check: bool = Field(default=True, description="remove only on an exact shingle "
                               "Jaccard check; false: the former estimate-only decision")
@@ -231,6 +240,12 @@ def load_datamix(
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:  # one line, with where the parser stopped
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ValueError(f"{path}:{where} invalid YAML: {problem}") from None
+    try:
         cfg = DatamixConfig.model_validate(raw)
     except FileNotFoundError:
         raise

@@ -1,0 +1,46 @@
+"""Config values that cannot work are refused when the datamix is read, before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenmill.manifests.shards import ShardError, read_header
+from tokenmill.pipeline.config import load_datamix
+
+BASE = "name: x\ntokenizer: gpt2\nsources: [{name: a, path: a, license: mit}]\n"
+
+
+@pytest.mark.parametrize("extra, field", [
+    ("fuzzy_dedup: {threshold: 1.5}", "fuzzy_dedup.threshold"),
+    ("fuzzy_dedup: {ngram: 0}", "fuzzy_dedup.ngram"),
+    ("fuzzy_dedup: {num_perm: 0}", "fuzzy_dedup.num_perm"),
+    ("filters: {min_chars: -1}", "filters.min_chars"),
+    ("filters: {min_chars: 100, max_chars: 10}", "min_chars 100 > max_chars 10"),
+    ("language: {min_score: 2}", "language.min_score"),
+])
+def test_impossible_values_are_refused_on_read(tmp_path: Path, extra: str, field: str) -> None:
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(BASE + extra + "\n")
+    with pytest.raises(ValueError) as e:
+        load_datamix(spec, data_root=str(tmp_path))
+    assert str(spec) in str(e.value)
+    assert field in str(e.value) or field.split(".")[-1] in str(e.value)
+
+
+def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: x\ntokenizer: gpt2\nsources: [\n")
+    with pytest.raises(ValueError) as e:
+        load_datamix(spec)
+    msg = str(e.value)
+    assert msg.startswith(f"{spec}: line 4, column 1: invalid YAML") and "\n" not in msg
+
+
+def test_a_file_that_is_not_a_shard_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "mask.bin"
+    np.array([1162628436] + [0] * 255, np.int32).tofile(path)
+    with pytest.raises(ShardError, match=r"not a token shard: .* magic number 20240520"):
+        read_header(path)
