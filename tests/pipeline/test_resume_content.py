@@ -10,11 +10,21 @@ import runpy
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tokenmill.manifests.shards import iter_documents
 from tokenmill.pipeline.config import load_datamix
 from tokenmill.pipeline.executor import run_datamix
 from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import get_encoding
+
+
+@pytest.fixture(autouse=True)
+def _datamix_root_from_the_file(monkeypatch):
+    """These datamixes name their own data_root; `make` exports TOKENMILL_DATA_ROOT, which
+    would take precedence over it."""
+    monkeypatch.delenv("TOKENMILL_DATA_ROOT", raising=False)
+
 
 CASE = Path(__file__).parent / "cases" / "stale-mtime"
 

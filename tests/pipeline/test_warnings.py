@@ -15,6 +15,14 @@ from tokenmill.pipeline.config import load_datamix
 from tokenmill.pipeline.executor import run_datamix
 from tokenmill.raysession import ray_session
 
+
+@pytest.fixture(autouse=True)
+def _datamix_root_from_the_file(monkeypatch):
+    """These datamixes name their own data_root; `make` exports TOKENMILL_DATA_ROOT, which
+    would take precedence over it."""
+    monkeypatch.delenv("TOKENMILL_DATA_ROOT", raising=False)
+
+
 _DOCS = [f"Document number {i} says something different about topic {i * 7}." for i in range(12)]
 
 
