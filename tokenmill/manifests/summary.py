@@ -82,6 +82,6 @@ def summary_table(m: DatamixManifest) -> str:
     if details:
         lines += ["", "removed by reason:", *details]
     if m.warnings:
-        lines += ["", f"warnings ({len(m.warnings)}; `tokenmill run --strict` makes them "
-                      "errors):", *(f"  WARNING {w.message}" for w in m.warnings)]
+        lines += ["", f"warnings ({len(m.warnings)}; each is an error, exit 2, under "
+                      "`tokenmill run --strict`):", *(f"  WARNING {w.message}" for w in m.warnings)]
     return "\n".join(lines)
