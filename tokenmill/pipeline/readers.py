@@ -269,19 +269,26 @@ class _NotOneValue(Exception):
     """The file is not one JSON value after all: read it as JSON Lines."""
 
 
+def _decode_whole(raw: bytes, ctx: _RowContext) -> str | Rejection:
+    """A whole file's bytes as text (a UTF-8 BOM skipped), or the rejection of row 0 with
+    the bytes when they are not UTF-8."""
+    if raw.startswith(_BOM):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return ctx.reject(0, "undecodable_bytes", raw=raw,
+                          detail=f"{ctx.name}: {e.reason} at byte {e.start}")
+
+
 def _read_json_value(path: Path, ctx: _RowContext, limit: int | None) -> Iterator:
     """A file holding one JSON value: a JSON array (one row per element, parsed element by
     element so a bad element ends the file with its row named), one record, or a dict of
     records (one row per value, in file order)."""
     with _open_binary(path) as f:
-        raw = f.read()
-    if raw.startswith(_BOM):
-        raw = raw[3:]
-    try:
-        s = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        yield ctx.reject(0, "undecodable_bytes", raw=raw,
-                         detail=f"{ctx.name}: {e.reason} at byte {e.start}")
+        s = _decode_whole(f.read(), ctx)
+    if not isinstance(s, str):
+        yield s
         return
     start = len(s) - len(s.lstrip())
     if s[start:start + 1] == "[":
@@ -349,16 +356,8 @@ def _read_whole(path: Path, ctx: _RowContext) -> Iterator:
         yield ctx.reject(0, "too_large", raw=path.read_bytes(),
                          detail=f"{size} bytes over max_document_bytes={ctx.max_bytes}")
         return
-    raw = path.read_bytes()
-    if raw.startswith(_BOM):
-        raw = raw[3:]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        yield ctx.reject(0, "undecodable_bytes", raw=raw,
-                         detail=f"{ctx.name}: {e.reason} at byte {e.start}")
-        return
-    yield ctx.from_value(0, text)
+    text = _decode_whole(path.read_bytes(), ctx)
+    yield text if not isinstance(text, str) else ctx.from_value(0, text)
 
 
 def read_file(
