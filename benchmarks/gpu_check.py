@@ -6,17 +6,22 @@ then the summary table of every check so far is printed (exit 1):
 1. **kernels**: the kernel objects are compiled ``triton.runtime.jit.JITFunction`` (not the
    interpreter); fused cross-entropy forward and backward against the fp32 torch reference
    (``cross_entropy_reference`` on the same logits upcast) for fp32 and bf16 logits and every
-   variant (plain, prefix target, legality mask, both) at N x V = 4,096 x 50,257 (padded to
-   50,304 columns), and on > 2**31 logit elements (rows past the 2**31 offset compared); the
-   LEM gather forward and backward at N = 16,384, K = 4, D = 768; the whole GPT-2 small model's
-   loss and every parameter gradient, kernels against references (fp32 with TF32 off, and
-   bf16 autocast). The kernels have no sparse n-gram bias variant yet: nothing to check.
+   variant (plain, prefix target, legality mask, both, sparse n-gram bias, all three) at
+   N x V = 4,096 x 50,257 (padded to 50,304 columns), and on > 2**31 logit elements (rows past
+   the 2**31 offset compared); with the sparse bias (M = 8 ids per row, -1 and duplicate ids
+   included) also the gradient of the bias values; the LEM gather forward and backward at
+   N = 16,384, K = 4, D = 768; the whole GPT-2 small model's (LEM, n-gram input and bias,
+   prefix target, mask) loss and every parameter gradient, kernels against references (fp32
+   with TF32 off, and bf16 autocast).
 2. **speed**: ``triton.testing.do_bench`` (ms, fwd+bwd) of the fused cross-entropy against
    ``F.cross_entropy`` eager and ``torch.compile``d, and of the LEM kernel against its
    reference; the losses must agree.
 3. **training**: ``tokenmill train`` (the CLI, one process per run) on the quickstart shards,
    GPT-2 small, 16 x 1024, ~300 steps: a baseline, and a run with every side input (prefix
-   target, LEM, legality-masked validation), that one also stopped halfway and resumed. Asserts
+   target, LEM, the n-gram side channel made first with ``tokenmill ngram features`` for the
+   train and val splits, legality-masked validation), that one also stopped halfway and
+   resumed. A curation manifest given as ``--data`` is first planned into a training mix
+   (every source at its mixture weight, one pass), since side channels bind to a mix. Asserts
    finite losses, a falling loss, 0 masked targets, masked <= unmasked val loss, an LEM wait
    under 10% of step time, and the resumed final val loss within tolerance of the
    uninterrupted one; prints tokens/s and MFU.
@@ -55,6 +60,9 @@ TOL = {
     ("ce_grad", torch.float32): (1e-6, 1e-4),
     ("ce_loss", torch.bfloat16): (1e-3, 1e-4),  # fp32 accumulation of bf16 logits
     ("ce_grad", torch.bfloat16): (1e-5, 1.6e-2),  # gradient rounded to bf16 (2**-8 relative)
+    # dL/d(bias value): fp32 in kernel and reference, from the same (upcast) logits
+    ("ce_bias_grad", torch.float32): (1e-6, 1e-4),
+    ("ce_bias_grad", torch.bfloat16): (1e-6, 1e-4),
     ("lem_out", torch.float32): (1e-5, 1e-5),
     ("lem_grad", torch.float32): (1e-4, 1e-4),  # fp32 atomic adds in any order
 }
@@ -64,6 +72,8 @@ MODEL_LOSS_TOL = {"fp32": 1e-5, "bf16-autocast": 2e-3}
 MODEL_GRAD_TOL = {"fp32": 1e-3, "bf16-autocast": 5e-2}
 RESUME_TOL = {"gpu": 0.03, "cpu": 1e-5}  # final val loss, resumed vs uninterrupted (nats)
 LEM_WAIT_MAX = 0.10  # LEM wait / step time
+NGRAM_M = 8  # n-gram candidates per position (sparse bias ids per row)
+CE_VARIANTS = ("plain", "prefix", "mask", "prefix+mask", "ngram", "prefix+mask+ngram")
 
 
 @dataclass(frozen=True)
@@ -84,8 +94,8 @@ GPU = Sizes(ce_n=4096, vocab=50257, big=True, lem=(16384, 4, 768, 50304),
             model=("gpt2-small", 4, 1024), bench_n=16384,
             train=dict(model="gpt2-small", seq_len=1024, batch_size=16, steps=300, lr=1.5e-3,
                        warmup_steps=20, weight_decay=0.1, val_every=50, val_tokens=65536))
-CPU_TOY = Sizes(ce_n=16, vocab=1000, big=False, lem=(32, 4, 48, 1000),
-                model=("tiny", 2, 16), bench_n=16,
+CPU_TOY = Sizes(ce_n=8, vocab=1000, big=False, lem=(32, 4, 48, 1000),
+                model=("tiny", 1, 16), bench_n=16,
                 train=dict(model="tiny", seq_len=32, batch_size=4, steps=8, lr=5e-3,
                            warmup_steps=2, val_every=4, val_tokens=512, num_threads=1,
                            model_overrides={"n_layer": 1, "n_embd": 64, "n_head": 2}),
@@ -157,7 +167,9 @@ def check_kernel_objects(gpu: bool) -> None:
     check("kernels", "TRITON_INTERPRET", interp, "0/unset on GPU, 1 on CPU",
           (interp != "1") if gpu else (interp == "1"))
     x = torch.randn(4, 130, device=dev, requires_grad=True)
-    K.fused_cross_entropy(x, torch.arange(4, device=dev), block_v=64).backward()
+    K.fused_cross_entropy(x, torch.arange(4, device=dev), block_v=64,
+                          bias_ids=torch.randint(-1, 130, (4, 3), device=dev),
+                          bias_vals=torch.randn(4, 3, device=dev)).backward()
     e = torch.randn(10, 8, device=dev, requires_grad=True)
     K.lem_feature(torch.randint(-1, 10, (5, 2), device=dev), torch.zeros(5, device=dev,
                   dtype=torch.long), e, torch.ones(3, device=dev)).sum().backward()
@@ -178,13 +190,13 @@ def check_kernel_objects(gpu: bool) -> None:
     check("kernels", "kernel objects", f"{len(kinds)} of {len(want)} "
           f"{'/'.join(sorted(set(kinds.values())))}",
           "all 4 JITFunction" if gpu else "all 4 interpreted", set(kinds) == want)
-    info("kernels", "sparse n-gram bias variant", "not in the kernel yet: not checked")
 
 
 def ce_inputs(n: int, v: int, vpad: int, dtype: torch.dtype, dev: str, seed: int,
               mask: bool) -> dict:
     """Random fused-CE inputs: logits ``[n, vpad]`` (``dtype``), targets with ignored rows,
-    prefix targets and weights, previous ids and (``mask``) legality rows."""
+    prefix targets and weights, previous ids, (``mask``) legality rows, and a sparse bias of
+    ``NGRAM_M`` ids per row (some -1, some duplicated, some the target) with values."""
     g = torch.Generator(device=dev).manual_seed(seed)
     d = dict(logits=(torch.randn(n, vpad, generator=g, device=dev, dtype=dtype) * 3),
              targets=torch.randint(0, v, (n,), generator=g, device=dev),
@@ -192,6 +204,10 @@ def ce_inputs(n: int, v: int, vpad: int, dtype: torch.dtype, dev: str, seed: int
              w=torch.rand(n, generator=g, device=dev),
              prev=torch.randint(0, v, (n,), generator=g, device=dev))
     d["targets"][:: 97] = -100
+    ids = torch.randint(-1, v, (n, NGRAM_M), generator=g, device=dev, dtype=torch.int32)
+    ids[1::5, 1] = ids[1::5, 0]  # duplicate ids add up
+    ids[2::5, 2] = d["targets"][2::5].clamp_min(0).to(torch.int32)  # the target itself
+    d["bias_ids"], d["bias_vals"] = ids, torch.randn(n, NGRAM_M, generator=g, device=dev) * 2
     d["bits"] = random_mask_bits(v, d["prev"], d["targets"], g) if mask else None
     return d
 
@@ -202,6 +218,8 @@ def ce_kwargs(variant: str, d: dict) -> dict:
         kw.update(aux_targets=d["aux"], aux_weight=d["w"])
     if "mask" in variant:
         kw.update(prev_ids=d["prev"], mask_bits=d["bits"])
+    if "ngram" in variant:
+        kw.update(bias_ids=d["bias_ids"], bias_vals=d["bias_vals"])
     return kw
 
 
@@ -212,23 +230,31 @@ def ce_compare(part: str, d: dict, v: int, variant: str, rows: torch.Tensor | No
     from tokenmill.train.kernels import cross_entropy_reference, fused_cross_entropy
 
     dtype = d["logits"].dtype
+    bias = "ngram" in variant
     kw = ce_kwargs(variant, d)
     x1 = d["logits"].detach().requires_grad_()
+    if bias:
+        kw["bias_vals"] = kw["bias_vals"].detach().requires_grad_()
     l1 = fused_cross_entropy(x1, d["targets"], reduction="none", vocab_size=v,
                              block_v=block_v, **kw)
     if "FusedCrossEntropy" not in type(l1.grad_fn).__name__:
         check(part, "autograd node", type(l1.grad_fn).__name__, "the fused kernel", False)
     go = torch.rand_like(l1) + 0.5
-    (g1,) = torch.autograd.grad(l1, x1, go)
+    g1, *gb1 = torch.autograd.grad(l1, [x1, kw["bias_vals"]] if bias else [x1], go)
     sel = slice(None) if rows is None else rows
     sub = {k: (t[sel] if isinstance(t, torch.Tensor) and k != "bits" else t)
            for k, t in d.items()}
     x2 = d["logits"][sel].float().requires_grad_()
-    l2 = cross_entropy_reference(x2, sub["targets"], reduction="none", vocab_size=v,
-                                 **ce_kwargs(variant, sub))
-    (g2,) = torch.autograd.grad(l2, x2, go[sel])
+    kw2 = ce_kwargs(variant, sub)
+    if bias:
+        kw2["bias_vals"] = kw2["bias_vals"].detach().requires_grad_()
+    l2 = cross_entropy_reference(x2, sub["targets"], reduction="none", vocab_size=v, **kw2)
+    g2, *gb2 = torch.autograd.grad(l2, [x2, kw2["bias_vals"]] if bias else [x2], go[sel])
     close(part, f"{variant} {str(dtype)[6:]} loss", l1[sel], l2, *TOL[("ce_loss", dtype)])
     close(part, f"{variant} {str(dtype)[6:]} grad", g1[sel], g2, *TOL[("ce_grad", dtype)])
+    if bias:
+        close(part, f"{variant} {str(dtype)[6:]} bias-value grad", gb1[0][sel], gb2[0],
+              *TOL[("ce_bias_grad", dtype)])
     check(part, f"{variant} {str(dtype)[6:]} padding grad", float(g1[:, v:].abs().max())
           if g1.shape[1] > v else 0.0, "== 0", g1.shape[1] == v or bool((g1[:, v:] == 0).all()))
 
@@ -241,7 +267,7 @@ def check_cross_entropy(sz: Sizes, gpu: bool) -> None:
     part = f"CE {sz.ce_n}x{v}"
     for dtype in (torch.float32, torch.bfloat16):
         d = ce_inputs(sz.ce_n, v, vpad, dtype, dev, seed=1, mask=True)
-        for variant in ("plain", "prefix", "mask", "prefix+mask"):
+        for variant in CE_VARIANTS:
             ce_compare(part, d, v, variant, None, sz.block_v)
         del d
     if not sz.big:
@@ -251,7 +277,7 @@ def check_cross_entropy(sz: Sizes, gpu: bool) -> None:
     part = f"CE {n}x{v} ({n * vpad / 2**31:.3f} x 2**31 el.)"
     d = ce_inputs(n, v, vpad, torch.bfloat16, dev, seed=2, mask=True)
     rows = torch.cat([torch.arange(64), torch.arange(n - 256, n)]).to(dev)  # last rows > 2**31
-    for variant in ("plain", "prefix+mask"):
+    for variant in ("plain", "prefix+mask+ngram"):
         ce_compare(part, d, v, variant, rows)
         torch.cuda.empty_cache()
     del d
@@ -303,7 +329,8 @@ def _model_pass(net, batch: dict, ce: Callable, lem: Callable, autocast: bool, d
 
 
 def check_model(sz: Sizes, gpu: bool) -> None:
-    """The whole model (LEM, prefix target, legality mask on) with kernels vs references."""
+    """The whole model (LEM, n-gram input and sparse bias, prefix target, legality mask on)
+    with kernels vs references."""
     from tokenmill.train import kernels as K
     from tokenmill.train.model import GPT, GPTConfig
 
@@ -311,7 +338,8 @@ def check_model(sz: Sizes, gpu: bool) -> None:
     preset, b, t = sz.model
     v = sz.vocab
     torch.manual_seed(4)
-    net = GPT(GPTConfig.preset(preset, vocab_size=v, max_seq_len=t, lem=True)).to(dev)
+    net = GPT(GPTConfig.preset(preset, vocab_size=v, max_seq_len=t, lem=True, ngram=True,
+                               ngram_m=NGRAM_M)).to(dev)
     with torch.no_grad():  # not the zero init: every gradient should be non-zero
         for p in net.parameters():
             p.normal_(0.0, 0.02 if p.dim() > 1 else 0.5)
@@ -323,7 +351,9 @@ def check_model(sz: Sizes, gpu: bool) -> None:
                  lem_len=torch.randint(0, 300, (b, t), generator=g, device=dev),
                  lem_cand=torch.randint(-1, v, (b, t, 4), generator=g, device=dev),
                  aux_targets=torch.randint(-1, v, (b, t), generator=g, device=dev),
-                 mask_bits=random_mask_bits(v, idx.reshape(-1), tgt.reshape(-1), g))
+                 mask_bits=random_mask_bits(v, idx.reshape(-1), tgt.reshape(-1), g),
+                 ngram_cand=torch.randint(-1, v, (b, t, NGRAM_M), generator=g, device=dev),
+                 ngram_logp=-5 * torch.rand(b, t, NGRAM_M, generator=g, device=dev))
     modes = [("fp32", False)] + ([("bf16-autocast", True)] if gpu else [])
     for mode, ac in modes:
         part = f"model {preset} {b}x{t} {mode}"
@@ -501,6 +531,53 @@ def train_cli(cfg: dict, out: Path, extra: list[str], gpu: bool) -> dict:
     return metrics
 
 
+def training_mix(data: Path, out: Path) -> Path:
+    """``data`` when it is a training-mix manifest; else a one-pass training mix over the
+    curation manifest (every source with train tokens at its mixture weight, at most one
+    epoch; the plan of ``MixLoader.from_curation``) built into ``out/mix.json``."""
+    import yaml
+
+    from tokenmill.manifests.mix import build_mix
+    from tokenmill.manifests.verify import manifest_file, read_manifest
+    from tokenmill.train.batches import data_kind
+
+    if data_kind(str(data)) == "training-mix":
+        return data
+    mf = manifest_file(data).resolve()
+    m = read_manifest(mf)[1]
+    srcs = [s for s in m.sources if s.tokens.get("train", 0) > 0]
+    spec = {"name": f"{m.name}-gpu-check", "manifests": [str(mf)], "seed": 0,
+            "target_tokens": sum(s.tokens["train"] for s in srcs),
+            "sources": {s.name: {"weight": s.mixture_weight, "max_epochs": 1.0} for s in srcs}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mix.yaml").write_text(yaml.safe_dump(spec))
+    build_mix(out / "mix.yaml", out / "mix.json")
+    return out / "mix.json"
+
+
+def ngram_channels(cfg: dict, out: Path) -> tuple[Path, Path]:
+    """``tokenmill ngram features`` of the run's mix for the train and val splits, in the
+    run's geometry (``seq_len``, global rows per step), into ``out/ngram-{train,val}``."""
+    from tokenmill.cli import main as cli
+
+    dirs = []
+    for split in ("train", "val"):
+        d = out / f"ngram-{split}"
+        shutil.rmtree(d, ignore_errors=True)
+        argv = ["ngram", "features", cfg["data"], "-o", str(d), "--split", split, "--seq-len",
+                str(cfg["seq_len"]), "--batch-size", str(cfg["batch_size"]), "-m",
+                str(NGRAM_M), "-q"]
+        print(f"  $ tokenmill {' '.join(argv)}", flush=True)
+        t0 = time.perf_counter()
+        rc = cli(argv)
+        check("train", f"tokenmill ngram features --split {split}: exit status", rc, "== 0",
+              rc == 0)
+        info("train", f"tokenmill ngram features --split {split}: wall time",
+             f"{time.perf_counter() - t0:.1f} s")
+        dirs.append(d)
+    return dirs[0], dirs[1]
+
+
 def check_run(name: str, m: dict, steps: int, side: bool) -> None:
     """The asserts on one finished run's ``metrics.json``."""
     part = f"train {name}"
@@ -529,11 +606,13 @@ def check_run(name: str, m: dict, steps: int, side: bool) -> None:
 
 
 def check_training(sz: Sizes, gpu: bool, data: Path, legality: Path | None, out: Path) -> None:
-    """Baseline, every side input uninterrupted, and the same stopped halfway and resumed."""
+    """Baseline, every side input (n-gram side channels made first) uninterrupted, and the
+    same stopped halfway and resumed; all on the training mix of ``data``."""
     from tokenmill.train.batches import open_loader
     from tokenmill.train.config import TrainConfig
 
-    base = {**sz.train, "data": str(data.resolve()), "device": "cuda" if gpu else "cpu",
+    mix = training_mix(data.resolve(), out / "mix")
+    base = {**sz.train, "data": str(mix.resolve()), "device": "cuda" if gpu else "cpu",
             "progress": False, "seed": 0}
     budget = open_loader(TrainConfig(**base), "train", verify=False).num_steps
     steps = min(base["steps"], budget)
@@ -542,8 +621,10 @@ def check_training(sz: Sizes, gpu: bool, data: Path, legality: Path | None, out:
     base["steps"] = steps
     if legality is None:
         legality = toy_legality(base, out / "toy.legality")
+    ngram, ngram_val = ngram_channels(base, out)
     side = {**base, "prefix_aux_weight": 0.25, "lem": True, "lem_k": 4,
-            "legality": str(legality.resolve())}
+            "legality": str(legality.resolve()), "ngram_features": str(ngram.resolve()),
+            "ngram_val_features": str(ngram_val.resolve())}
     tol = RESUME_TOL["gpu" if gpu else "cpu"]
     m = train_cli(base, out / "baseline", [], gpu)
     check_run("baseline", m, steps, side=False)

@@ -1,4 +1,7 @@
 import os
+import pickle
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,6 +55,23 @@ def _shared_ray(request):
     yield
 
 
+#: test files that share expensive in-memory session fixtures (the corpora encoded per
+#: tokenizer, the cl100k table) and so run on one pytest-xdist worker (`make test` uses
+#: ``--dist loadgroup``); every other file is its own group, as ``--dist loadfile`` would do
+XDIST_GROUPS = {
+    "tests/tokenizers/test_legality_table.py": "legality",
+    "tests/tokenizers/test_legality_soundness.py": "legality",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    root = Path(__file__).resolve().parents[1]
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            rel = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
+            item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS.get(rel, rel)))
+
+
 REPORT_FILES = ("report.html",)
 
 
@@ -81,7 +101,34 @@ def run_quickstart_like(out_dir: Path, num_cpus: int = 2, datamix: str = "quicks
     return run_datamix(cfg, num_cpus=num_cpus, progress=False)
 
 
+def build_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder that ``build(folder)`` fills once per test run: under pytest-xdist the first
+    worker to get there builds it while the others wait on a file lock, then all share it
+    (an expensive session fixture would otherwise be built once per worker). Consumers must
+    treat the folder as read-only."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    from filelock import FileLock
+
+    folder = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a half-built folder of a crashed worker
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def quickstart(tmp_path_factory):
-    """The quickstart datamix run once per session (2 Ray CPUs): a RunResult."""
-    return run_quickstart_like(tmp_path_factory.mktemp("quickstart") / "out")
+    """The quickstart datamix run once per test run (2 Ray CPUs), shared by the pytest-xdist
+    workers (:func:`build_once`): a RunResult. Its folder is read-only for tests."""
+    def build(folder: Path) -> None:
+        res = run_quickstart_like(folder / "out")
+        (folder / "result.pickle").write_bytes(pickle.dumps(res))
+
+    folder = build_once(tmp_path_factory, "quickstart", build)
+    return pickle.loads((folder / "result.pickle").read_bytes())

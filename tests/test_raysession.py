@@ -9,11 +9,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+# one driver serves both tests (a Ray start costs seconds): it starts the embedded Ray the
+# way every command does, runs a task, then keeps two workers writing until it is killed
 DRIVER = """
 import sys, time
-from tokenmill.raysession import init_ray
+from tokenmill.raysession import ray_session
 import ray
-init_ray(num_cpus=2)
+session = ray_session(num_cpus=2)
+session.__enter__()
+print(ray.get(ray.remote(lambda: 6 * 7).remote()), flush=True)
 
 @ray.remote
 def busy(path):
@@ -44,28 +50,35 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def test_killed_driver_leaves_nothing_running(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def killed_driver(tmp_path_factory) -> dict:
+    """Run DRIVER, SIGKILL its process group while its workers write, and record what
+    happened: its first stdout line, its stderr, the session's processes before and after
+    the kill, and whether the output files still grew afterwards."""
+    tmp = tmp_path_factory.mktemp("raysession")
+    out = tmp / "out"
     out.mkdir()
-    err = (tmp_path / "stderr").open("w")
+    err_path = tmp / "stderr"
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(out)], stdout=subprocess.PIPE,
-                            stderr=err, text=True, start_new_session=True)
+                            stderr=err_path.open("w"), text=True, start_new_session=True)
+    seen: dict = {}
     try:
-        assert proc.stdout.readline().strip() == "ready", (tmp_path / "stderr").read_text()
+        seen["result"] = proc.stdout.readline().strip()
+        seen["ready"] = proc.stdout.readline().strip()
         deadline = time.monotonic() + 120
         while len(list(out.iterdir())) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)  # both workers are writing
-        assert len(list(out.iterdir())) == 2
-        assert len(_session_pids(proc.pid)) >= 4  # driver, gcs, raylet, workers
+        seen["writers"] = len(list(out.iterdir()))
+        seen["before"] = len(_session_pids(proc.pid))
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 15
         while _session_pids(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.25)
-        assert _session_pids(proc.pid) == [], "processes outlived the killed driver"
+        seen["after"] = _session_pids(proc.pid)
         sizes = {p: p.stat().st_size for p in out.iterdir()}
         time.sleep(0.5)
-        assert sizes == {p: p.stat().st_size for p in out.iterdir()}, "still being written"
+        seen["still_written"] = sizes != {p: p.stat().st_size for p in out.iterdir()}
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -76,13 +89,18 @@ def test_killed_driver_leaves_nothing_running(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    seen["stdout_stderr"] = f"{seen.get('result')}\n{seen.get('ready')}\n{err_path.read_text()}"
+    return seen
 
 
-def test_embedded_ray_prints_no_auth_notice() -> None:
-    code = ("from tokenmill.raysession import ray_session\nimport ray\n"
-            "with ray_session(num_cpus=1):\n    print(ray.get(ray.remote(lambda: 6 * 7).remote()))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=180)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "42"
-    assert "Token authentication" not in res.stdout + res.stderr
+def test_killed_driver_leaves_nothing_running(killed_driver: dict) -> None:
+    assert killed_driver["ready"] == "ready", killed_driver["stdout_stderr"]
+    assert killed_driver["writers"] == 2
+    assert killed_driver["before"] >= 4  # driver, gcs, raylet, workers
+    assert killed_driver["after"] == [], "processes outlived the killed driver"
+    assert not killed_driver["still_written"], "still being written"
+
+
+def test_embedded_ray_prints_no_auth_notice(killed_driver: dict) -> None:
+    assert killed_driver["result"] == "42", killed_driver["stdout_stderr"]
+    assert "Token authentication" not in killed_driver["stdout_stderr"]

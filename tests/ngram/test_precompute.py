@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from tests.shared import corpora
+from tokenmill.ngram import precompute as P
 from tokenmill.ngram.lem import OnlineLEM
-from tokenmill.ngram.precompute import lem_chunk_position, plan_chunks, precompute_lem
+from tokenmill.ngram.precompute import (
+    byte_code,
+    lem_chunk_position,
+    plan_chunks,
+    precompute_lem,
+    suffix_array,
+)
 
 EOT = 50256
 
@@ -131,6 +138,60 @@ def test_real_corpora_ray_workers(real_stream):
     assert_same(want, got, "2 Ray workers")
 
 
+def assert_suffix_array(x: np.ndarray, sa: np.ndarray) -> None:
+    """``sa`` sorts the suffixes of ``x`` (a permutation; each suffix below the next,
+    a proper prefix being the smaller; 4,000 neighbour pairs at most, sampled)."""
+    assert sa.dtype == np.int32 and np.array_equal(np.sort(sa), np.arange(x.size))
+    pairs = np.random.default_rng(0).permutation(x.size - 1)[:4000]
+    for a, b in zip(sa[pairs].tolist(), sa[pairs + 1].tolist(), strict=True):
+        n = min(x.size - a, x.size - b)
+        diff = np.flatnonzero(x[a:a + n] != x[b:b + n])
+        assert (x[a + diff[0]] < x[b + diff[0]]) if diff.size else n == x.size - a, (a, b)
+
+
+@pytest.mark.parametrize("vocab,expect", [(5, "one byte"), (3000, "two bytes"),
+                                          (70_000, "pydivsufsort"), (2**30, "pydivsufsort")])
+def test_suffix_array_paths_sort_the_suffixes(vocab, expect):
+    """The byte-coded suffix array (one byte per token; one or two bytes) sorts the
+    suffixes of the relabelled text (code values: most frequent ids first); ids the code
+    cannot take (>= 2**22, > 65,281 distinct) are sorted by pydivsufsort as integers."""
+    rng = np.random.default_rng(vocab)
+    if vocab == 70_000:  # more distinct ids than the two-byte code holds
+        x = rng.permutation(vocab).astype(np.int32)
+        x[1000:1600] = x[:600]
+    else:
+        x = rng.integers(0, vocab, 3000).astype(np.int32)
+        x[1500:2100] = x[200:800]  # long repeats
+    coded = byte_code(x)
+    assert (coded is None) == (expect == "pydivsufsort")
+    if coded is not None:
+        assert (coded[1] == 256) == (expect == "one byte")
+    assert_suffix_array(x if coded is None else coded[0][x], suffix_array(x))
+
+
+def test_large_ids_and_many_distinct_ids_equal_online():
+    """Streams the byte code cannot take (ids >= 2**22; > 65,281 distinct ids) give the
+    OnlineLEM arrays through pydivsufsort's integer path."""
+    rng = np.random.default_rng(11)
+    base = rng.integers(1, 40, 3000)
+    base[1000:1500] = base[100:600]
+    for x in (np.where(base % 7 == 0, base + 2**30, base),
+              np.concatenate([rng.permutation(70_000) + 1, base])):
+        x = np.concatenate([[0], x]).astype(np.int32)
+        want = online(x, eot=0, k=3, window=0)
+        assert_same(want, precompute_lem(x, k=3, window=0, eot=0), f"max id {x.max()}")
+
+
+@pytest.mark.parametrize("scan_max", [0, 1 << 30])
+def test_scan_and_sweep_answer_alike(real_stream, monkeypatch, scan_max):
+    """Queries answered by the interval scan (all of them, with a huge SCAN_MAX) or by the
+    sweep (all of them, SCAN_MAX = 0) give the default split's arrays."""
+    x = real_stream[:60_000]
+    want = lem_chunk_position(x, 30_000, k=4, eot=EOT)
+    monkeypatch.setattr(P, "SCAN_MAX", scan_max)
+    assert_same(want, lem_chunk_position(x, 30_000, k=4, eot=EOT), f"SCAN_MAX={scan_max}")
+
+
 def test_chunk_plan_shares_one_history_start():
     for c in plan_chunks(1_000, window=200, chunk_tokens=30):
         start, lo, hi = c
@@ -205,3 +266,51 @@ def test_cli_lem_side_channel(small_mix, tmp_path, capsys):
     a, b = online(stream, eot=EOT, k=3, window=65536)
     np.testing.assert_array_equal(ml, np.minimum(a, 255))
     np.testing.assert_array_equal(nt.astype(np.int32), np.where(b < 0, 65535, b))
+
+
+def test_cli_lem_lists_the_side_channel_in_the_mix(small_mix, tmp_path):
+    """`ngram lem` lists its output in the mix manifest (kind, split, lem.json and every
+    .npy by paths relative to the manifest's folder, with sha256), binds lem.json to the
+    mix identity (the manifest without the listing), and a re-run replaces the entry; the
+    trainer's check accepts it after registration and refuses it for a modified mix."""
+    import json
+    import os
+    from pathlib import Path
+
+    from tokenmill.atomic import sha256_file
+    from tokenmill.cli import main
+    from tokenmill.manifests.mixschema import load_mix_manifest, mix_identity_sha256
+    from tokenmill.train.config import TrainConfig
+    from tokenmill.train.side import LEMSideChannelError, check_side_channel
+
+    identity = mix_identity_sha256(small_mix)
+    args = ["--seq-len", "128", "--batch-size", "4", "--window", "65536", "-k", "3",
+            "--shard-tokens", "150000"]
+    listings = []
+    for out in (tmp_path / "lem", tmp_path / "lem2"):
+        assert main(["ngram", "lem", str(small_mix), "-o", str(out), *args]) == 0
+        meta = json.loads((out / "lem.json").read_text())
+        assert meta["mix_sha256"] == identity == mix_identity_sha256(small_mix)
+        refs = [r for r in load_mix_manifest(small_mix).side_channels
+                if r.kind == "lem-side-channel"]
+        assert len(refs) == 1 and refs[0].split == "train"  # a re-run replaces the entry
+        ref, base = refs[0], small_mix.parent
+        assert (base / ref.path).resolve() == (out / "lem.json").resolve()
+        assert ref.sha256 == sha256_file(out / "lem.json")
+        names = sorted(Path(f.path).name for f in ref.files)
+        assert names == sorted(f[key] for f in meta["files"] for key in ("len", "next"))
+        assert len(names) == 2 * len(meta["files"]) >= 4
+        for f in ref.files:
+            assert not os.path.isabs(f.path) and sha256_file(base / f.path) == f.sha256
+        listings.append(ref.path)
+    assert listings[0] != listings[1]
+
+    cfg = TrainConfig(data=str(small_mix), seq_len=128, batch_size=4, lem=True, lem_k=3,
+                      lem_features=str(tmp_path / "lem2"))
+    check_side_channel(tmp_path / "lem2" / "lem.json", meta, cfg, 1)  # accepted
+    changed = small_mix.parent / "changed_mix.json"
+    m = load_mix_manifest(small_mix)
+    m.model_copy(update={"seed": m.seed + 1}).write(changed)
+    with pytest.raises(LEMSideChannelError, match="made for the mix"):
+        check_side_channel(tmp_path / "lem2" / "lem.json", meta,
+                           cfg.model_copy(update={"data": str(changed)}), 1)

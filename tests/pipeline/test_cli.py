@@ -20,7 +20,8 @@ def test_missing_data_root_falls_back_to_hub_datamix(tmp_path):
     assert "is missing" in r.stderr and "manifests/hub-sample.yaml" in r.stderr
     # offline with an empty cache the Hub source cannot be had: a clear error naming it
     assert r.returncode == 2
-    assert "source 'c4-en-validation': could not fetch Hub dataset allenai/c4@main" in r.stderr
+    assert ("source 'c4-en-validation': could not fetch Hub dataset "
+            "allenai/c4@1588ec454efa1a09f29cd18ddd04fe05fc8653a2") in r.stderr
 
 
 def test_blocks_line_shows_reuse_per_stage():

@@ -1,6 +1,7 @@
 """A real two-node Ray cluster on loopback: `ray start --head` and `ray start --address`
-as separate processes with their own resources; `tokenmill run --ray-address` gives output
-identical to the embedded run."""
+as separate processes with their own resources; `tokenmill run --ray-address` runs the
+full quickstart, the partitioned exact and fuzzy dedup included, and gives shards and a
+manifest byte-identical to the embedded single-node run."""
 
 from __future__ import annotations
 
@@ -53,12 +54,19 @@ def test_two_node_loopback_cluster(quickstart, tmp_path):
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         _wait_nodes(address, 2, env)
         out = tmp_path / "out"
+        # another dedup partition count than the embedded run's default: same bytes
+        datamix = tmp_path / "quickstart.yaml"
+        datamix.write_text((REPO / "manifests" / "quickstart.yaml").read_text()
+                           + "dedup:\n  partitions: 5\n")
         r = subprocess.run(
-            [sys.executable, "-m", "tokenmill.cli", "run", "manifests/quickstart.yaml", "-q",
+            [sys.executable, "-m", "tokenmill.cli", "run", str(datamix), "-q",
              "--data-root", str(corpora()), "--ray-address", address, "-o", str(out)],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
         assert final_files(out) == final_files(quickstart.manifest_path.parent)
+        # the dedup decisions ran as partition tasks on the cluster, not on the driver
+        for phase in ("exact", "fuzzy_buckets", "fuzzy_verify", "join", "removals"):
+            assert list((out / "work" / "dedup" / phase).glob("*.done.json")), phase
     finally:
         for p in (worker, head):
             if p is not None:

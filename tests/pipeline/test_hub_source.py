@@ -17,38 +17,51 @@ from tests.shared import corpora
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-@pytest.fixture
-def hf_cache(tmp_path) -> Path:
-    """An HF hub cache holding dataset tokenmill-test/c4-sample at COMMIT, refs/main → COMMIT,
-    laid out as huggingface_hub writes it (blobs + snapshot symlinks)."""
-    cache = tmp_path / "hf-cache"
-    repo = cache / "datasets--tokenmill-test--c4-sample"
-    src = corpora("c4-en-sample")
+def _fill_cache(cache: Path, repo_id: str, files: dict[str, bytes]) -> Path:
+    """Put dataset ``repo_id`` at COMMIT (refs/main → COMMIT) into HF hub cache ``cache``,
+    laid out as huggingface_hub writes it (blobs + snapshot symlinks); returns the
+    snapshot folder."""
+    repo = cache / f"datasets--{repo_id.replace('/', '--')}"
     snap = repo / "snapshots" / COMMIT
-    for f in sorted(p for p in src.rglob("*") if p.is_file()):
-        data = f.read_bytes()
+    for rel, data in sorted(files.items()):
         blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
         blob.parent.mkdir(parents=True, exist_ok=True)
         blob.write_bytes(data)
-        link = snap / f.relative_to(src)
+        link = snap / rel
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(COMMIT)
+    return snap
+
+
+@pytest.fixture
+def hf_cache(tmp_path) -> Path:
+    """An HF hub cache holding dataset tokenmill-test/c4-sample (the shared c4 sample's
+    files) at COMMIT."""
+    cache = tmp_path / "hf-cache"
+    src = corpora("c4-en-sample")
+    _fill_cache(cache, "tokenmill-test/c4-sample",
+                {f.relative_to(src).as_posix(): f.read_bytes()
+                 for f in sorted(p for p in src.rglob("*") if p.is_file())})
     return cache
 
 
-def _run(tmp_path, cache, hub):
+def _env(tmp_path, cache) -> dict[str, str]:
+    return dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache),
+                HF_HOME=str(tmp_path / "hf-home"))
+
+
+def _run(tmp_path, cache, hub, source_lines=("allow_patterns: ['data/*.json.gz']",
+                                             "max_documents: 300"), *extra):
     yml = tmp_path / "hub.yaml"
     yml.write_text(
         "name: hubtest\ntokenizer: gpt2\nlicenses: {allow: [odc-by]}\n"
         f"sources:\n  - name: c4hub\n    hub: {hub}\n"
-        "    allow_patterns: ['data/*.json.gz']\n    max_documents: 300\n")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache),
-               HF_HOME=str(tmp_path / "hf-home"))
+        + "".join(f"    {line}\n" for line in source_lines))
     return subprocess.run([sys.executable, "-m", "tokenmill.cli", "run", str(yml), "-q",
-                           "--num-cpus", "1", "-o", str(tmp_path / "out")],
-                          capture_output=True, text=True, env=env)
+                           "--num-cpus", "1", "-o", str(tmp_path / "out"), *extra],
+                          capture_output=True, text=True, env=_env(tmp_path, cache))
 
 
 @pytest.mark.parametrize("revision", ["main", COMMIT])
@@ -67,3 +80,106 @@ def test_hub_source_missing_offline_names_source(tmp_path, hf_cache):
     r = _run(tmp_path, hf_cache, "tokenmill-test/not-cached@main")
     assert r.returncode == 2
     assert "source 'c4hub': could not fetch Hub dataset tokenmill-test/not-cached@main" in r.stderr
+
+
+# A dataset repository that is not plain files: configs declared in the card's YAML,
+# parquet files per config and split, as `datasets` (and the Hub's parquet layout) use.
+_CARD = """---
+license: odc-by
+configs:
+- config_name: en
+  data_files:
+  - split: train
+    path: en/train-*.parquet
+  - split: validation
+    path: en/validation-*.parquet
+- config_name: de
+  data_files:
+  - split: train
+    path: de/train-*.parquet
+---
+# tokenmill test dataset
+"""
+_ROWS = {("en", "train"): (0, 40), ("en", "validation"): (40, 60), ("de", "train"): (60, 90)}
+
+
+@pytest.fixture
+def hf_config_cache(tmp_path) -> tuple[Path, Path, list[str]]:
+    """HF cache with tokenmill-test/multi at COMMIT: 90 c4 documents cut into configs en
+    (train 40, validation 20) and de (train 30). Returns (cache, snapshot, texts)."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (data,) = sorted((corpora("c4-en-sample") / "data").glob("*.json.gz"))
+    with gzip.open(data, "rt", encoding="utf-8") as f:
+        texts = [json.loads(next(f))["text"] for _ in range(90)]
+    files = {"README.md": _CARD.encode()}
+    for (config, split), (a, b) in _ROWS.items():
+        buf = pa.BufferOutputStream()
+        pq.write_table(pa.table({"text": texts[a:b], "id": list(range(a, b))}), buf)
+        files[f"{config}/{split}-00000-of-00001.parquet"] = buf.getvalue().to_pybytes()
+    cache = tmp_path / "hf-cache"
+    return cache, _fill_cache(cache, "tokenmill-test/multi", files), texts
+
+
+def test_hub_config_split_reads_exactly_those_rows(tmp_path, hf_config_cache):
+    """config en + split validation: the 20 rows `datasets` gives for them, nothing of the
+    other config or split; the manifest records repo, config, split and commit."""
+    import datasets
+    import pyarrow.parquet as pq
+
+    cache, snap, texts = hf_config_cache
+    r = _run(tmp_path, cache, f"tokenmill-test/multi@{COMMIT}",
+             ("config: en", "split: validation"), "--no-report", "--write-text")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    m = json.loads((out / "manifest.json").read_text())
+    (src,) = m["sources"]
+    assert src["origin"] == "hub:tokenmill-test/multi?config=en&split=validation"
+    assert src["revision"] == COMMIT
+    assert [f["path"] for f in src["files"]] == ["en/validation-00000-of-00001.parquet"]
+    assert src["counts"]["read"] == 20
+    (cfg_src,) = m["config"]["sources"]
+    assert (cfg_src["config"], cfg_src["split"]) == ("en", "validation")
+    # the kept documents are exactly (a subset, after filters, of) datasets' rows
+    ref = datasets.load_dataset(str(snap), "en", split="validation",
+                                cache_dir=str(tmp_path / "ds-cache"))["text"]
+    assert list(ref) == texts[40:60]
+    kept = [t for p in sorted((out / "text").rglob("*.parquet"))
+            for t in pq.read_table(p).column("text").to_pylist()]
+    assert kept and set(kept) <= set(ref)
+
+
+_RESOLVE = """
+import sys
+from tokenmill.pipeline.config import DatamixConfig
+from tokenmill.pipeline.sources import SourceError, resolve_source
+cfg = DatamixConfig.model_validate({"name": "x", "sources": [dict(
+    name="s", hub=sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:]))]})
+try:
+    r = resolve_source(cfg, cfg.sources[0])
+    print("OK", r.origin, r.revision, r.files)
+except SourceError as e:
+    print("ERR", e)
+"""
+
+
+@pytest.mark.parametrize(("hub", "fields", "expect"), [
+    ("tokenmill-test/multi@main", ["config=de"],
+     f"OK hub:tokenmill-test/multi?config=de&split=train {COMMIT} "
+     "['de/train-00000-of-00001.parquet']"),
+    ("tokenmill-test/multi@main", ["config=de", "split=validation"],
+     "ERR source 's': no split 'validation' in config 'de' of tokenmill-test/multi@main "
+     "(splits: train)"),
+    ("tokenmill-test/multi@main", ["config=fr", "split=train"], "'fr' not found"),
+    (f"tokenmill-test/multi@{'f' * 40}", ["config=en"], "could not fetch"),
+])
+def test_hub_config_split_errors(tmp_path, hf_config_cache, hub, fields, expect):
+    """Unknown splits and configs are named with the ones there are; a pinned sha that is
+    not the snapshot's commit is refused."""
+    cache, _, _ = hf_config_cache
+    r = subprocess.run([sys.executable, "-c", _RESOLVE, hub, *fields], capture_output=True,
+                       text=True, env=_env(tmp_path, cache))
+    assert expect in r.stdout, r.stdout + r.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,8 @@ def test_modded_nanogpt_reader_gets_the_same_tokens(quickstart):
 def test_rerun_reuses_every_unit(quickstart, tmp_path):
     from tests.conftest import run_quickstart_like
 
-    out = quickstart.manifest_path.parent
+    out = tmp_path / "out"  # a copy: the shared quickstart folder is read-only for tests
+    shutil.copytree(quickstart.manifest_path.parent, out)
     before = quickstart.manifest_path.read_bytes()
     res = run_quickstart_like(out, num_cpus=2)
     assert res.reused_units == res.total_units

@@ -303,3 +303,62 @@ def test_quickstart_report_groups_license_removals(quickstart):
     assert filtered and filtered <= set(summaries)
     assert {"normalize: empty", "exact_dedup:duplicate", "fuzzy_dedup:duplicate"} <= \
         set(summaries)
+
+
+def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
+    """`tokenmill run` draws the plots in worker processes started before the pipeline
+    (matplotlib loaded while it runs); the files are byte-identical to drawing them here,
+    the HTML too, and a second report gives the same bytes (deterministic)."""
+    from tokenmill.pipeline.report_plots import PlotWorkers
+
+    serial = tmp_path / "serial"
+    shutil.copytree(run_dir, serial)
+    res = write_report(serial)
+    files = {p.name: p.read_bytes() for p in [*res.images, res.html]}
+    assert len(res.images) == 6
+    with PlotWorkers(2) as workers:
+        par = write_report(run_dir, load_manifest(run_dir), workers=workers)
+    _check_rendered(run_dir, par)
+    assert {p.name: p.read_bytes() for p in [*par.images, par.html]} == files
+
+
+_KILLED_OWNER = """
+import os, sys
+from tokenmill.pipeline.report_plots import PlotWorkers
+if __name__ == "__main__":
+    w = PlotWorkers(2).__enter__()
+    w.submit(sys.argv[1], __import__("tokenmill.pipeline.report_plots", fromlist=["x"])
+             .PlotSpec("m.png", "t", "c", "mixture", {"tokens": [1], "labels": ["a"]})).result()
+    print(" ".join(map(str, w._pool._processes)), flush=True)
+    os.kill(os.getpid(), 9)
+"""
+
+
+def test_plot_workers_end_with_a_killed_owner(tmp_path):
+    """A `tokenmill run` killed by SIGKILL leaves no plot worker behind (pool workers
+    would otherwise wait on their queue forever)."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "owner.py"
+    script.write_text(_KILLED_OWNER)
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "m.png")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9 and (tmp_path / "m.png").read_bytes()[:8] == PNG_MAGIC
+    pids = [int(p) for p in r.stdout.split()]
+    assert len(pids) == 2
+
+    def running(pid: int) -> bool:  # exists and is not a zombie
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 30
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if running(p)]
+    assert not alive, f"plot workers {alive} outlived their owner"

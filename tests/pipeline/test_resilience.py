@@ -126,7 +126,7 @@ def test_worker_killed_during_tokenization(tmp_path):
         deadline = time.time() + 120
         while not killed and time.time() < deadline and t.is_alive():
             try:
-                running = list_tasks(address=gcs, filters=[("name", "=", "tokenize_unit"),
+                running = list_tasks(address=gcs, filters=[("name", "=", "tokenize_block"),
                                                            ("state", "=", "RUNNING")])
             except Exception:
                 running = []
@@ -143,5 +143,5 @@ def test_worker_killed_during_tokenization(tmp_path):
     assert killed, "no running tokenize task was found to kill"
     assert "r" in result
     assert final_files(tmp_path / "out") == reference
-    print(f"killed worker pid {killed[0]} during tokenize_unit; output unchanged")
+    print(f"killed worker pid {killed[0]} during tokenize_block; output unchanged")
     json.dumps(killed)

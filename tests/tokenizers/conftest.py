@@ -54,12 +54,15 @@ def cl100k_corpus_pairs(corpus_docs):
 @pytest.fixture(scope="session")
 def gpt2_table_path(tmp_path_factory) -> Path:
     """The full gpt2 table, built and saved through the CLI (``tokenmill legality build``)."""
+    from tests.conftest import build_once
     from tokenmill.cli import main
 
     shared_data("tiktoken")
-    out = tmp_path_factory.mktemp("legality")
-    assert main(["legality", "build", "gpt2", "-o", str(out), "--quiet"]) == 0
-    return out / "gpt2.legality"
+
+    def build(out: Path) -> None:
+        assert main(["legality", "build", "gpt2", "-o", str(out), "--quiet"]) == 0
+
+    return build_once(tmp_path_factory, "gpt2-legality", build) / "gpt2.legality"
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +76,8 @@ def gpt2_table(gpt2_table_path):
 @pytest.fixture(scope="session")
 def cl100k_table(cl100k_corpus_pairs):
     """cl100k_base rows for every previous token seen in the corpora plus 2,000 random rows
-    (a row-subset build keeps the suite fast; the benchmark builds the full table)."""
+    (a row-subset build keeps the suite fast; the benchmark builds the full table). The
+    files that use it run on one pytest-xdist worker (``XDIST_GROUPS`` in tests/conftest.py)."""
     from tokenmill.tokenizers import get_encoding
     from tokenmill.tokenizers.legality import LegalityTable
 

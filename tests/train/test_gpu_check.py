@@ -1,7 +1,9 @@
 """The CPU part of ``benchmarks/gpu_check.sh``: ``benchmarks/gpu_check.py --cpu-toy`` runs the
-same checks as on the GPU at toy sizes (kernels through the Triton interpreter, the whole
-model, the timing harness, and four ``tokenmill train`` runs: baseline, every side input,
-stopped halfway and resumed), and it stops at the first failing check with one line."""
+same checks as on the GPU at toy sizes (kernels through the Triton interpreter, every
+cross-entropy variant including the sparse n-gram bias, the whole model, the timing harness,
+the n-gram side channels of a training mix over the data, and four ``tokenmill train``
+runs: baseline, every side input, stopped halfway and resumed), and it stops at the first
+failing check with one line."""
 
 from __future__ import annotations
 
@@ -54,7 +56,9 @@ def test_cpu_toy_passes_every_check(gpu_check, toy_data, tmp_path, capsys):
     checks = [r for r in gpu_check.ROWS if r[4] == "ok"]
     names = " ".join(f"{r[0]} {r[1]}" for r in checks)
     for needle in ("kernel objects", "prefix+mask bfloat16 grad", "LEM", "worst param grad",
-                   "losses agree", "masked val targets", "LEM wait", "resumed - uninterrupted"):
+                   "ngram float32 loss", "prefix+mask+ngram bfloat16 bias-value grad",
+                   "ngram features --split val", "losses agree", "masked val targets",
+                   "LEM wait", "resumed - uninterrupted"):
         assert needle in names, needle
     assert out.count("part ") == 1  # one summary table
 

@@ -229,3 +229,81 @@ def test_padded_vocab_both_backends(monkeypatch, interpret, extra):
     (g2,) = torch.autograd.grad(l2, x2, go)
     torch.testing.assert_close(g1, g2, atol=1e-5, rtol=1e-5)
     assert torch.all(g1[:, v:] == 0)
+
+
+def _bias_inputs(n, v, m, targets, aux, seed=0):
+    """Sparse-bias ids ``int32 [n, m]`` and values ``float32 [n, m]``: -1 ids, duplicate ids
+    in one row, ids equal to the target and to the auxiliary target."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(-1, v, (n, m), generator=g, dtype=torch.int32)
+    vals = torch.randn(n, m, generator=g) * 2
+    ids[0, :] = -1  # no candidate at all
+    ids[1, 1] = ids[1, 0] = 7  # duplicates add up
+    ids[3, 0] = targets[3].clamp_min(0)
+    ids[4, 1] = aux[4].clamp_min(0)
+    ids[5, 2] = ids[5, 3] = targets[5].clamp_min(0)
+    return ids.to(DEV), vals.to(DEV)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "torch"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("extra", EXTRAS)
+def test_sparse_bias_matches_reference(monkeypatch, backend, dtype, extra):
+    """Issue 15.4: ``softmax(z + b)`` with the sparse bias (M candidates per row, -1 ignored,
+    duplicates summed) equals the dense reference, loss and both gradients (logits and
+    bias values), in fp32 and bf16, with and without prefix target and mask, at V = 300
+    (not a power of two, two partial chunks), on the Triton kernels (interpreted) and the
+    CPU torch path."""
+    if DEV.type != "cpu" and backend == "torch":
+        pytest.skip("CPU torch path")
+    monkeypatch.setenv("TRITON_INTERPRET", "1" if backend == "interpret" else "0")
+    n, v, m = 7, 300, 4
+    logits, targets, aux, w, prev, allowed = _ce_inputs(n, v, dtype, seed=21)
+    ids, vals = _bias_inputs(n, v, m, targets, aux)
+    allowed[prev[1], 7] = True  # the duplicated candidate is possible (non-zero gradient)
+    kw = _ce_kwargs(extra, aux, w, prev, allowed)
+    x1, x2 = (logits.clone().requires_grad_() for _ in range(2))
+    b1, b2 = (vals.clone().requires_grad_() for _ in range(2))
+    l1 = K.fused_cross_entropy(x1, targets, reduction="none", block_v=128, bias_ids=ids,
+                               bias_vals=b1, **kw)
+    name = type(l1.grad_fn).__name__
+    assert ("FusedCrossEntropy" if backend == "interpret" else "TorchCrossEntropy") in name
+    l2 = K.cross_entropy_reference(x2, targets, reduction="none", bias_ids=ids, bias_vals=b2,
+                                   **kw)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(l1, l2, **tol)
+    go = torch.rand(n, device=DEV) + 0.5
+    gx1, gb1 = torch.autograd.grad(l1, (x1, b1), go)
+    gx2, gb2 = torch.autograd.grad(l2, (x2, b2), go)
+    gtol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-2, rtol=2e-2)
+    torch.testing.assert_close(gx1.float(), gx2.float(), **gtol)
+    torch.testing.assert_close(gb1, gb2, atol=1e-5, rtol=1e-5)  # fp32 in both
+    assert gb1.dtype == torch.float32 and torch.all(gb1[0] == 0)  # -1 ids: no gradient
+    assert torch.all(gb1[n // 3] == 0)  # an ignored target: no gradient
+    assert gb1[1, 0] == gb1[1, 1] != 0  # duplicates: both get dL/dz' of their column
+    # the bias changes the loss: without it the result differs where a candidate exists
+    plain = K.cross_entropy_reference(logits, targets, reduction="none", **kw)
+    assert not torch.allclose(plain, l2.detach())
+
+
+def test_sparse_bias_padded_vocab_and_zero_bias():
+    """Ids in the padding columns ``[V, V_pad)`` are ignored (no effect, zero gradient), and
+    an all-zero bias gives exactly the unbiased loss."""
+    n, v, vpad, m = 9, 250, 256, 3
+    logits, targets, *_ = _ce_inputs(n, v, seed=4)
+    padded = torch.randn(n, vpad, device=DEV)
+    padded[:, :v] = logits
+    ids = torch.full((n, m), 252, dtype=torch.int32, device=DEV)  # padding columns only
+    vals = torch.randn(n, m, device=DEV, requires_grad=True)
+    l1 = K.fused_cross_entropy(padded, targets, reduction="none", vocab_size=v, block_v=64,
+                               bias_ids=ids, bias_vals=vals)
+    l0 = K.fused_cross_entropy(padded, targets, reduction="none", vocab_size=v, block_v=64)
+    torch.testing.assert_close(l1, l0, atol=0, rtol=0)
+    (gb,) = torch.autograd.grad(l1.sum(), vals)
+    assert torch.all(gb == 0)
+    ids = torch.randint(-1, v, (n, m), dtype=torch.int32, device=DEV)
+    lz = K.fused_cross_entropy(padded, targets, reduction="none", vocab_size=v, block_v=64,
+                               bias_ids=ids, bias_vals=torch.zeros(n, m, device=DEV))
+    assert torch.equal(lz, l0)
+    with pytest.raises(ValueError, match="bias_vals"):
+        K.fused_cross_entropy(padded, targets, vocab_size=v, bias_ids=ids)

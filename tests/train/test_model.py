@@ -185,3 +185,37 @@ def test_return_aux_splits_the_loss_into_lm_and_auxiliary():
     torch.testing.assert_close(loss, m(idx, y, aux_targets=aux_t, aux_weight=0.3))
     loss0, aux0 = m(idx, y, return_aux=True)
     assert aux0 == 0 and torch.equal(loss0, plain)
+
+
+def _ngram_inputs(b, t, m, v, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cand = torch.randint(-1, v, (b, t, m), generator=g, dtype=torch.int32)
+    cand[0, 0] = -1  # a position without candidates
+    logp = torch.where(cand >= 0, -torch.rand(b, t, m, generator=g) * 5, 0.0)
+    return cand, logp
+
+
+def test_ngram_model_at_zero_gate_is_the_baseline_and_learns_the_gate():
+    """Issue 15.4: with ``ngram_gate = ngram_scale = 0`` the n-gram model's loss equals the
+    baseline's exactly (same weights), the gate gets a non-zero gradient at once, the scale
+    once the blocks carry gradient, and the loss equals the dense reference with the bias."""
+    base = _randomize(_tiny())
+    ng = _tiny(ngram=True, ngram_m=4)
+    ng.load_state_dict({**base.state_dict(), "ngram_scale": torch.zeros(()),
+                        "ngram_gate": torch.zeros(())})
+    idx = torch.randint(0, 300, (2, 16))
+    tgt = torch.randint(0, 300, (2, 16))
+    cand, logp = _ngram_inputs(2, 16, 4, 300)
+    l0 = base(idx, tgt)
+    l1 = ng(idx, tgt, ngram_cand=cand, ngram_logp=logp)
+    assert torch.equal(l0, l1)
+    l1.backward()
+    assert ng.ngram_gate.grad != 0 and ng.ngram_scale.grad != 0
+    with torch.no_grad():
+        ng.ngram_gate.fill_(0.7)
+        ng.ngram_scale.fill_(0.3)
+    logits = ng(idx, ngram_cand=cand, ngram_logp=logp)  # the bias is in the logits
+    ref = F.cross_entropy(logits.reshape(-1, 300), tgt.reshape(-1))
+    torch.testing.assert_close(ng(idx, tgt, ngram_cand=cand, ngram_logp=logp), ref)
+    with pytest.raises(ValueError, match="ngram_cand"):
+        ng(idx, tgt)

@@ -6,6 +6,13 @@ per mix source, the curation shards with the document-aligned token ranges a tra
 read, the effective weight schedule, and the sha256 of every curation manifest, shard and
 sidecar it references. Planning lives in :mod:`tokenmill.manifests.mix`; reading shards
 through it, verified, in :mod:`tokenmill.manifests.verify`.
+
+Side channels (``tokenmill ngram lem`` / ``tokenmill ngram features``) made for a mix are
+listed in its ``side_channels`` with the sha256 of their metadata file and of every array
+file. A side channel binds to the mix by :func:`mix_identity_sha256`, the sha256 of the
+manifest without its ``side_channels`` (the bytes ``mix build`` wrote), so listing one does
+not invalidate the others. The key is absent when the list is empty, so a mix without side
+channels keeps the bytes it always had.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tokenmill.atomic import atomic_write_text
+from tokenmill.atomic import atomic_write_text, sha256_bytes
 from tokenmill.manifests.schema import load_manifest_as
 from tokenmill.tokenizers import TokenizerIdentity
 
@@ -74,6 +81,20 @@ class CurationRef(_Model):
     sha256: str
 
 
+class SideChannelFile(_Model):
+    path: str = Field(description="relative to the training manifest folder")
+    sha256: str
+
+
+class SideChannelRef(_Model):
+    kind: Literal["lem-side-channel", "ngram-side-channel"]
+    split: Literal["train", "val"]
+    path: str = Field(description="metadata file (lem.json / ngram.json), relative to the "
+                      "training manifest folder")
+    sha256: str = Field(description="sha256 of the metadata file")
+    files: list[SideChannelFile] = Field(description="every array file with its sha256")
+
+
 class TrainingMixManifest(_Model):
     """A training-mix manifest (``tokenmill mix build``): a mix spec planned over
     curation manifests."""
@@ -91,9 +112,13 @@ class TrainingMixManifest(_Model):
     sources: list[MixSource]
     segments: list[MixSegment]
     warnings: list[str]
+    side_channels: list[SideChannelRef] = Field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        data = self.model_dump(mode="json")
+        if not data["side_channels"]:
+            del data["side_channels"]  # a mix without side channels keeps its old bytes
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     def write(self, path: str | os.PathLike) -> Path:
         path = Path(path)
@@ -111,3 +136,27 @@ def load_mix_manifest(path: str | os.PathLike) -> TrainingMixManifest:
             or invalid (each wrong field by its path with what was expected).
     """
     return load_manifest_as(path, TrainingMixManifest)
+
+
+def mix_identity_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a training-mix manifest without its ``side_channels`` (module docstring):
+    the identity a side channel binds to. Equal to the file's sha256 while none is listed.
+
+    Raises:
+        as :func:`load_mix_manifest`.
+    """
+    m = load_mix_manifest(path)
+    return sha256_bytes(m.model_copy(update={"side_channels": []}).to_json().encode())
+
+
+def register_side_channel(mix_path: str | os.PathLike, ref: SideChannelRef) -> Path:
+    """List ``ref`` in the mix manifest at ``mix_path`` (replacing an entry of the same kind
+    and split) and rewrite it atomically; entries are kept sorted by (kind, split).
+
+    Raises:
+        as :func:`load_mix_manifest`.
+    """
+    m = load_mix_manifest(mix_path)
+    keep = [r for r in m.side_channels if (r.kind, r.split) != (ref.kind, ref.split)]
+    listed = sorted([*keep, ref], key=lambda r: (r.kind, r.split))
+    return m.model_copy(update={"side_channels": listed}).write(mix_path)

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tokenmill.ngram.ngramfeat_commands import add_features_command
 from tokenmill.ngram.precompute_commands import add_lem_command
 
 
@@ -275,3 +276,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="do not check the shards' sha256 against the manifest")
     pa.set_defaults(func=_pairs)
     add_lem_command(nsub)  # tokenmill ngram lem (tokenmill/ngram/precompute_commands.py)
+    add_features_command(nsub)  # tokenmill ngram features (ngramfeat_commands.py)

@@ -643,6 +643,53 @@ class SuffixArrayIndex:
                               "points outside its part (corrupt index; rebuild it)")
         self._docs = None
 
+    @classmethod
+    def from_tokens(cls, parts: Sequence[np.ndarray], *, eot: int, n_vocab: int,
+                    tokenizer: TokenizerIdentity | None = None) -> SuffixArrayIndex:
+        """An in-memory index (no folder, no document table: :meth:`find` is unavailable)
+        over token arrays, one part each, with the on-disk layout's conventions: every part
+        is followed by the sentinel, reported as EOT, and its suffix array (libdivsufsort)
+        holds global positions.
+
+        Args:
+            parts: 1-D integer token arrays (ids in ``[0, n_vocab)``); empty ones skipped.
+            eot: the EOT id; n_vocab: the vocabulary size.
+            tokenizer: recorded as the index's tokenizer (``None``: unnamed).
+
+        Raises:
+            IndexError_: a token id outside the vocabulary, or 2**31 tokens or more.
+        """
+        from pydivsufsort import divsufsort
+
+        dtype = np.uint16 if n_vocab < 2**16 - 1 else np.uint32
+        sentinel = int(np.iinfo(dtype).max)
+        arrs = [np.asarray(p) for p in parts if len(p)]
+        n = sum(a.size for a in arrs) + len(arrs)
+        if n >= 2**31 - 1:
+            raise IndexError_(f"an in-memory index holds < 2**31 tokens, not {n:,}")
+        tokens = np.empty(n, dtype)
+        sa = np.empty(n, np.uint32)
+        starts, o = [], 0
+        for a in arrs:
+            if int(a.min()) < 0 or int(a.max()) >= n_vocab:
+                bad = int(a[(a < 0) | (a >= n_vocab)][0])
+                raise IndexError_(f"token id {bad} outside the vocabulary [0, {n_vocab})")
+            tokens[o:o + a.size] = a
+            tokens[o + a.size] = sentinel
+            part = tokens[o:o + a.size + 1]  # int32 keeps the uint16 sentinel last
+            sa[o:o + a.size + 1] = divsufsort(
+                part.astype(np.int32) if dtype == np.uint16 else part).astype(np.int64) + o
+            starts.append(o)
+            o += a.size + 1
+        self = cls.__new__(cls)
+        self.folder, self.tokenizer, self.sentinel = None, tokenizer, sentinel
+        self.meta = {"tokens": n, "parts": [{"start": s} for s in starts], "shards": []}
+        self.eot, self.n_vocab = int(eot), int(n_vocab)
+        self.tokens, self.sa = tokens, sa
+        self.parts = np.array(starts + [n], dtype=np.int64)
+        self._docs = None
+        return self
+
     # -- helpers
     @property
     def n_tokens(self) -> int:
@@ -729,6 +776,8 @@ class SuffixArrayIndex:
     # -- find
     def _doc_table(self):
         if self._docs is None:
+            if self.folder is None:
+                raise IndexError_("an in-memory index (from_tokens) has no document table")
             try:
                 with pq.ParquetFile(self.folder / "docs.parquet") as f:
                     t = f.read()

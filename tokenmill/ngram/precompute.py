@@ -13,38 +13,54 @@ previous factor / matching statistics family of methods (Crochemore & Ilie 2008,
 Longest Previous Factor in linear time and applications"), run on the reversed text so that
 "suffix ending at i" becomes "prefix starting at n - 1 - i":
 
-1. the window's text ``tokens[S:end]`` is reversed and sorted by ``pydivsufsort``
-   (libdivsufsort) into a suffix array, plus the LCP array (Kasai et al. 2001);
-2. a stack pass each way over the suffix array finds, for every position, the nearest
+1. the window's text ``tokens[S:end]`` is reversed and written as bytes in a prefix-free
+   code (the ``256 - m`` most frequent ids one byte, the rest two: 1.4 bytes per gpt2
+   token against 2 for big-endian uint16; :func:`byte_code`), sorted by ``pydivsufsort``
+   (libdivsufsort), and the suffixes that start inside a token dropped: a suffix array of
+   the text with relabelled ids, which leaves every LCP, and so every answer, unchanged;
+2. the LCP array by the Φ algorithm (Kärkkäinen, Manzini & Puglisi 2009, "Permuted
+   longest-common-prefix array"), which has fewer dependent cache misses than Kasai et al.
+   (2001);
+3. a stack pass each way over the suffix array finds, for every position, the nearest
    suffix-array neighbours that are earlier in the stream (previous / next greater value of
    the reversed position) and their LCP: the longest previous factor ``M``; the match
    length is ``min(M, document cap, max_len)``;
-3. the occurrences of that suffix are the LCP interval of depth ``L`` around the position
-   (bounds from monotonic stacks over the LCP array, binary searched); the distinct query
-   intervals are laminar, so they form a tree;
-4. one sweep in stream order answers each position from its interval's ring of the ``k``
-   most recent followers, then pushes the position's follower into the rings of the
-   query intervals that contain it (about 4 per token in natural text: 3.3 per history
-   token, 4.5 per new token on the benchmark stream).
+4. the occurrences of that suffix are the LCP interval of depth ``L`` around the position
+   (bounds from monotonic stacks over the LCP array, binary searched). A query whose
+   interval has at most :data:`SCAN_MAX` ranks (three in four on gpt2 text) is answered
+   by scanning it: the ``k`` earliest reversed positions after the query's, next to the
+   query's rank in memory;
+5. the other intervals are laminar, so they form a tree (a few per thousand tokens: its
+   table stays in cache); one sweep in stream order answers each remaining position from
+   its interval's ring of the ``k`` most recent followers, then pushes the position's
+   follower into the rings of the intervals that hold it (about 2.6 per token), reading
+   per-position arrays in order.
 
 Windows and parallelism: with ``window = W`` and ``H = W // 2``, every position of the
 chunk ``[c H, (c + 1) H)`` sees the history ``[max(0, (c - 1) H), i]`` (OnlineLEM's rebuild
 rule), so each chunk is computed independently from its own ``<= 2 H`` tokens of text:
 in-process for one worker, as Ray tasks (:mod:`tokenmill.raysession`) otherwise. Each token
-is sorted about twice (once as new text, once as history). ``window = 0`` (unbounded): every
+is sorted about twice (once as new text, once as history): chunks of more than ``H`` new
+tokens would span two history starts, and their second block would need a previous factor
+bounded away from the first block's history (not done). Ray tasks are submitted biggest
+text first, so that the last to start is a short one. ``window = 0`` (unbounded): every
 chunk's text is the whole prefix.
 
 Candidates: the ring of an interval holds the followers of its occurrences in the order
 they were pushed, most recent first, ``-1`` padded: OnlineLEM's order (its states push the
-same followers in the same order), so the arrays are equal, ties included.
+same followers in the same order), so the arrays are equal, ties included; the scan picks
+the same occurrences (the most recent ones before the query) in the same order.
 
-Cost (``benchmarks/bench_lem.py``, 11 M gpt2 tokens, W = 4 M, k = 4, one core of a shared
-2-core machine): about 2.4 CPU s per 2 M-token chunk (4 M tokens of text): suffix array
-39 %, the sweep 23 %, Kasai 11 %, the rest (stack passes, intervals) 27 %; 0.89 M tokens/s
-per core in all, 2 workers 1.5x (the machine was loaded). Memory per chunk: about 60 bytes
-per text token (suffix array, rank, LCP, interval tables; ~250 MB at W = 4 M) plus the
-outputs. Worst case: without ``max_len`` a run of r copies of one token nests r intervals,
-so its pushes cost O(r**2), as in OnlineLEM; with ``max_len`` they share one.
+Cost (one 4 M-token text of the benchmark stream, 2 M queries, k = 4, CPU seconds on a
+2-core machine loaded by other jobs, so figures vary by 25 %): about 1.3 s, against 2.3-2.5
+s before the byte code, the Φ LCP, the interval scan and the per-position sweep arrays:
+suffix array 36-38 %, LCP 12 %, longest previous factor and intervals 20 %, the scan
+15 %, the tree and the sweep 15 % (the sweep was 40 % of the old total). Figures of the
+whole stream: ``benchmarks/bench_lem.py``. Memory per chunk: about 60 bytes per text token
+(byte code and its token starts while sorting, then suffix array, rank, LCP, interval
+bounds; ~250 MB at W = 4 M) plus the outputs. Worst case: without ``max_len`` a run of r
+copies of one token nests r intervals, so its pushes cost O(r**2), as in OnlineLEM; with
+``max_len`` they share one. A scanned query costs at most :data:`SCAN_MAX` steps.
 
 Step mode (optional in the design): answered by :class:`OnlineLEM` itself, per chunk of
 whole steps started ``H``-aligned before the chunk (its rebuilds then fall on the same
@@ -60,28 +76,124 @@ import numpy as np
 
 # --------------------------------------------------------------------------- kernels
 
+SCAN_MAX = 64  # queries whose interval has at most this many ranks are answered by a scan
+_CODE_VOCAB = 1 << 22  # ids below this are byte-coded; larger ids take pydivsufsort's path
+
 
 @nb.njit(cache=True)
-def _kasai(text, sa):
+def _encode(rtext, code, n1):
+    """The text as bytes in a prefix-free code: ``code[t] < n1`` is one byte, any other
+    ``c`` two (``n1 + (c - n1) // 256``, ``(c - n1) % 256``). Returns ``(bytes uint8[b],
+    start int32[b])``: ``start[j]`` is the token that byte j starts, -1 for a second byte."""
+    n = rtext.size
+    buf = np.empty(2 * n, np.uint8)
+    start = np.empty(2 * n, np.int32)
+    j = 0
+    for i in range(n):
+        c = code[rtext[i]]
+        if c < n1:
+            buf[j] = c
+            start[j] = i
+            j += 1
+        else:
+            c -= n1
+            buf[j] = n1 + (c >> 8)
+            start[j] = i
+            buf[j + 1] = c & 255
+            start[j + 1] = -1
+            j += 2
+    return buf[:j], start[:j]
+
+
+@nb.njit(cache=True)
+def _token_suffixes(byte_sa, start, n):
+    """The suffix array of the tokens: the byte suffix array's token-start positions."""
+    sa = np.empty(n, np.int32)
+    j = 0
+    for v in byte_sa:
+        s = start[v]
+        if s >= 0:
+            sa[j] = s
+            j += 1
+    return sa
+
+
+def byte_code(text: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """A prefix-free byte code of ``text``'s tokens for suffix sorting, or ``None`` (ids of
+    ``2**22`` or more, or more than 65,281 distinct ids).
+
+    The ``256 - m`` most frequent ids get one byte, the others two bytes whose first is one
+    of ``m`` lead bytes (``m`` as small as the distinct ids allow: 1.4 bytes per token on
+    gpt2 text against 2 for big-endian uint16). Byte strings of a prefix-free code compare
+    as the token strings under a relabelling of the ids, and equal tokens stay equal, so
+    the suffix array's token-start suffixes are a suffix array of the text (of the
+    relabelled ids: every LCP, and so every LEM answer, is the same).
+
+    Returns:
+        ``(code int32[max id + 1], n1)``: ids coded below ``n1`` take one byte.
+    """
+    mx = int(text.max()) if text.size else 0
+    if mx >= _CODE_VOCAB:
+        return None
+    count = np.bincount(text, minlength=mx + 1)
+    distinct = int(np.count_nonzero(count))
+    m = max(0, -(-(distinct - 256) // 255))  # lead bytes: (256 - m) + 256 m >= distinct
+    if m > 255:
+        return None
+    code = np.empty(mx + 1, np.int32)
+    code[np.argsort(-count, kind="stable")] = np.arange(mx + 1, dtype=np.int32)
+    return code, 256 - m
+
+
+def suffix_array(text: np.ndarray) -> np.ndarray:
+    """Suffix array of int32 ``text`` (int32[n]) by libdivsufsort (``pydivsufsort``) on the
+    text's :func:`byte_code` bytes, dropping the suffixes that start inside a token; texts
+    it cannot code go to ``pydivsufsort.divsufsort`` as integers (it sorts big-endian
+    bytes of the ids' width the same way)."""
+    from pydivsufsort import divsufsort
+
+    coded = byte_code(text)
+    if coded is None:
+        return np.ascontiguousarray(divsufsort(text), dtype=np.int32)
+    buf, start = _encode(text, *coded)
+    byte_sa = np.ascontiguousarray(divsufsort(buf), dtype=np.int32)
+    if buf.size == text.size:
+        return byte_sa  # one byte per token
+    return _token_suffixes(byte_sa, start, text.size)
+
+
+@nb.njit(cache=True)
+def _rank_lcp(text, sa):
     """Inverse suffix array and LCP (``lcp[r]`` = common prefix of suffixes ``sa[r - 1]``
-    and ``sa[r]``; ``lcp[0] = 0``), Kasai et al. (2001). int32[n] each."""
+    and ``sa[r]``; ``lcp[0] = 0``), int32[n] each, by the Φ algorithm (Kärkkäinen, Manzini
+    & Puglisi 2009, "Permuted longest-common-prefix array"): the permuted LCP in text
+    order, then permuted into rank order (fewer dependent cache misses than Kasai)."""
     n = text.size
     rank = np.empty(n, np.int32)
+    phi = np.empty(n, np.int32)  # the suffix just before p in the suffix array
+    prev = -1
     for r in range(n):
-        rank[sa[r]] = r
-    lcp = np.zeros(n, np.int32)
+        p = sa[r]
+        rank[p] = r
+        phi[p] = prev
+        prev = p
     h = 0
-    for p in range(n):
-        r = rank[p]
-        if r > 0:
-            q = sa[r - 1]
-            while p + h < n and q + h < n and text[p + h] == text[q + h]:
-                h += 1
-            lcp[r] = h
-            if h > 0:
-                h -= 1
-        else:
+    for p in range(n):  # phi becomes the permuted LCP in place
+        q = phi[p]
+        if q < 0:
             h = 0
+            phi[p] = 0
+            continue
+        while p + h < n and q + h < n and text[p + h] == text[q + h]:
+            h += 1
+        phi[p] = h
+        if h > 0:
+            h -= 1
+    lcp = np.empty(n, np.int32)
+    for r in range(n):
+        lcp[r] = phi[sa[r]]
+    if n:
+        lcp[0] = 0
     return rank, lcp
 
 
@@ -235,15 +347,50 @@ def _number_intervals(lo, hi, n):
 
 
 @nb.njit(cache=True)
-def _interval_tree(ilo, ihi, node, width):
-    """The sweep's tables. ``table[v]``: interval v's parent (the nearest enclosing query
-    interval, -1 at the top; intervals come in pre-order) then its ring of followers (-1),
-    one ``width``-int32 row. ``at[r]``: rank r's own query interval and the deepest query
-    interval holding r (-1: none), side by side so that one cache line serves both."""
+def _scan_small(sa, rtext, lens, lo, hi, nq, k, scan_max, out_next):
+    """Answer the queries whose interval has at most ``scan_max`` ranks directly: the
+    followers of the k earliest reversed positions after the query's among ``sa[lo..hi]``
+    (the k most recent earlier occurrences, most recent first), written to
+    ``out_next[nq - 1 - p]``. Those intervals are then dropped (``lo[r] = -1``) from the
+    sweep. The scan reads ranks next to r: cache-local in this rank-order pass."""
+    n = sa.size
+    best = np.empty(k, np.int32)
+    for r in range(n):
+        if lens[r] <= 0:
+            continue
+        a, b = lo[r], hi[r]
+        if b - a + 1 > scan_max:
+            continue
+        p = sa[r]
+        c = 0
+        for x in range(a, b + 1):
+            v = sa[x]
+            if v > p and (c < k or v < best[k - 1]):
+                j = c if c < k else k - 1  # insertion into the sorted best[:c]
+                while j > 0 and best[j - 1] > v:
+                    best[j] = best[j - 1]
+                    j -= 1
+                best[j] = v
+                if c < k:
+                    c += 1
+        o = nq - 1 - p
+        for j in range(c):
+            out_next[o, j] = rtext[best[j] - 1]
+        lo[r] = -1
+
+
+@nb.njit(cache=True)
+def _interval_tree(ilo, ihi, node, sa, nq, width):
+    """The sweep's tables. ``table[v]``: interval v's parent (the nearest enclosing
+    interval, -1 at the top; intervals come in pre-order) then its ring of followers
+    (-1), one ``width``-int32 row. By reversed position p (so that the sweep reads them in
+    order): ``qnode[p]`` (p < nq) the query's interval, ``push[p]`` the deepest interval
+    holding p's rank (-1: none)."""
     nint = ilo.size
     n = node.size
     table = np.full((nint, width), -1, np.int32)
-    at = np.full((n, 2), -1, np.int32)
+    qnode = np.full(nq, -1, np.int32)
+    push = np.full(n, -1, np.int32)
     stack = np.empty(nint + 1, np.int32)
     t = 0
     it = 0
@@ -255,30 +402,30 @@ def _interval_tree(ilo, ihi, node, width):
             stack[t] = it
             t += 1
             it += 1
-        at[r, 0] = node[r]
+        p = sa[r]
+        if p < nq:
+            qnode[p] = node[r]
         if t > 0:
-            at[r, 1] = stack[t - 1]
-    return table, at
+            push[p] = stack[t - 1]
+    return table, qnode, push
 
 
 @nb.njit(cache=True)
-def _sweep(rtext, rank, table, at, nq, k, out_next):
+def _sweep(rtext, table, qnode, push, nq, k, out_next):
     """Stream-order sweep (reversed positions descending): answer each query from its
     interval's ring of the k most recent followers, then push the position's follower into
-    every query interval holding it. ``out_next[nq - 1 - p]`` is query p's row."""
-    m = rtext.size
-    for p in range(m - 1, -1, -1):
-        r = rank[p]
+    every interval holding it. ``out_next[nq - 1 - p]`` is query p's row."""
+    for p in range(rtext.size - 1, -1, -1):
         if p < nq:
-            v = at[r, 0]
-            o = nq - 1 - p
+            v = qnode[p]
             if v >= 0:
+                o = nq - 1 - p
                 for j in range(k):
                     out_next[o, j] = table[v, 1 + j]
         if p == 0:
             break
         f = rtext[p - 1]  # the follower (next token in stream order)
-        v = at[r, 1]
+        v = push[p]
         while v >= 0:
             for j in range(k, 1, -1):
                 table[v, j] = table[v, j - 1]
@@ -302,27 +449,27 @@ def lem_chunk_position(text: np.ndarray, n_query: int, *, k: int, eot: int,
     Returns:
         ``(match_len int32[n_query], next_tokens int32[n_query, k])``.
     """
-    from pydivsufsort import divsufsort
-
     m = int(text.size)
     lens_out = np.zeros(n_query, np.int32)
     next_out = np.full((n_query, k), -1, np.int32)
     if n_query == 0 or m == 0:
         return lens_out, next_out
     rtext = np.ascontiguousarray(text[::-1], dtype=np.int32)
-    sa = np.ascontiguousarray(divsufsort(rtext), dtype=np.int32)
-    rank, lcp = _kasai(rtext, sa)
+    sa = suffix_array(rtext)
+    rank, lcp = _rank_lcp(rtext, sa)
     lens = _longest_previous(sa, lcp)  # by rank; the match lengths in place below
-    del sa
     _match_lengths(rtext, rank, lens, n_query, eot, max_len, lens_out)
+    del rank
     lo, hi = _intervals(lcp, lens)
-    del lcp, lens
+    del lcp
+    _scan_small(sa, rtext, lens, lo, hi, n_query, k, SCAN_MAX, next_out)
+    del lens
     node, ilo, ihi = _number_intervals(lo, hi, m)
     del lo, hi
     width = 4 if k <= 3 else (8 if k <= 7 else k + 1)  # parent + ring, cache-line aligned
-    table, at = _interval_tree(ilo, ihi, node, width)
-    del node, ilo, ihi
-    _sweep(rtext, rank, table, at, n_query, k, next_out)
+    table, qnode, push = _interval_tree(ilo, ihi, node, sa, n_query, width)
+    del node, ilo, ihi, sa
+    _sweep(rtext, table, qnode, push, n_query, k, next_out)
     return lens_out, next_out
 
 

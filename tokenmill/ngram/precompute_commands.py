@@ -13,8 +13,15 @@ Output, aligned position for position with that stream, in shards of ``--shard-t
 * ``lem_next_NNNNNN.npy``: ``[n, k]`` candidate next tokens, most recent occurrence first,
   uint16 with 65,535 for "none" when the vocabulary has at most 65,535 ids, else int32
   with -1;
-* ``lem.json``: the settings, the mix manifest's path and sha256, and every file with its
-  tokens and sha256 (all written atomically).
+* ``lem.json``: the settings, the mix manifest's path and identity
+  (:func:`~tokenmill.manifests.mixschema.mix_identity_sha256`: its sha256 without the
+  side-channel listing), and every file with its tokens and sha256 (all written
+  atomically).
+
+The side channel is then listed in the mix manifest (``side_channels``: kind
+``lem-side-channel``, the split, ``lem.json`` and every ``.npy`` file by their paths
+relative to the manifest's folder, with sha256), replacing an earlier listing of the same
+kind and split (:func:`~tokenmill.manifests.mixschema.register_side_channel`).
 """
 
 from __future__ import annotations
@@ -22,12 +29,19 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
+from tokenmill.manifests.mixschema import (
+    SideChannelFile,
+    SideChannelRef,
+    mix_identity_sha256,
+    register_side_channel,
+)
 
 
 def mix_stream(manifest: str | Path, *, split: str = "train", seq_len: int = 2048,
@@ -97,6 +111,25 @@ def write_lem_shards(out: Path, match_len: np.ndarray, next_tokens: np.ndarray, 
     return files
 
 
+def register_lem_side_channel(mix: Path, out: Path, split: str, files: list[dict]) -> None:
+    """List ``out/lem.json`` and its shards (``files`` as :func:`write_lem_shards` returns
+    them) in the mix manifest ``mix`` (module docstring), by paths relative to its folder.
+
+    Raises:
+        as :func:`tokenmill.manifests.mixschema.register_side_channel`.
+    """
+    base = Path(mix).resolve().parent
+
+    def rel(name: str) -> str:
+        return Path(os.path.relpath((out / name).resolve(), base)).as_posix()
+
+    listed = [SideChannelFile(path=rel(f[key]), sha256=f[f"{key}_sha256"])
+              for f in files for key in ("len", "next")]
+    register_side_channel(mix, SideChannelRef(
+        kind="lem-side-channel", split=split, path=rel("lem.json"),
+        sha256=sha256_file(out / "lem.json"), files=listed))
+
+
 def _lem(args: argparse.Namespace) -> int:
     from tokenmill.ngram.precompute import precompute_lem
 
@@ -115,18 +148,20 @@ def _lem(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     files = write_lem_shards(out, ml, nt, n_vocab=int(m.tokenizer.n_vocab),
                              shard_tokens=args.shard_tokens, len_dtype=args.len_dtype)
-    meta = {"kind": "lem-side-channel", "mix": str(mpath), "mix_sha256": sha256_file(mpath),
+    meta = {"kind": "lem-side-channel", "mix": str(mpath),
+            "mix_sha256": mix_identity_sha256(mpath),
             "split": args.split, "seq_len": args.seq_len, "batch_size": args.batch_size,
             "remainder": args.remainder, "mode": "position", "k": args.k,
             "window": args.window, "max_len": args.max_len,
             "eot": int(m.tokenizer.eot_token), "tokens": int(tokens.size),
             "stream_sha256": sha256_bytes(tokens.astype("<i4").tobytes()), "files": files}
     atomic_write_text(out / "lem.json", json.dumps(meta, indent=1) + "\n")
+    register_lem_side_channel(mpath, out, args.split, files)
     secs = t2 - t1
     print(f"LEM side channel -> {out}: {tokens.size:,} tokens, {len(files)} shards, "
           f"precompute {secs:.2f} s ({tokens.size / max(secs, 1e-9) / 1e6:.2f} M tokens/s, "
           f"{args.workers} workers), stream read {t1 - t0:.2f} s; "
-          f"match > 0 at {(ml > 0).mean():.1%}")
+          f"match > 0 at {(ml > 0).mean():.1%}; listed in {mpath}")
     return 0
 
 

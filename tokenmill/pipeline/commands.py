@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenmill.pipeline.config import DatamixConfig
+    from tokenmill.pipeline.executor import RunResult
+    from tokenmill.pipeline.report_plots import PlotWorkers
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tokenmill.manifests.summary import summary_table
     from tokenmill.pipeline.config import load_datamix
     from tokenmill.pipeline.executor import run_datamix
     from tokenmill.pipeline.license import LicenseError
+    from tokenmill.pipeline.report_plots import PlotWorkers
     from tokenmill.pipeline.sources import SourceError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -28,12 +36,23 @@ def _run(args: argparse.Namespace) -> int:
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
     print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer {cfg.tokenizer}, "
           f"data root {cfg.data_root}, output {cfg.output_dir}")
-    try:
-        res = run_datamix(cfg, ray_address=args.ray_address, num_cpus=args.num_cpus,
-                          progress=not args.quiet)
-    except (SourceError, LicenseError) as e:
-        print(f"tokenmill: {e}", file=sys.stderr)
-        return 2
+    # the report's plot workers load matplotlib while the pipeline runs
+    with contextlib.nullcontext() if args.no_report else PlotWorkers(2) as plot_workers:
+        try:
+            res = run_datamix(cfg, ray_address=args.ray_address, num_cpus=args.num_cpus,
+                              progress=not args.quiet)
+        except (SourceError, LicenseError) as e:
+            print(f"tokenmill: {e}", file=sys.stderr)
+            return 2
+        return _finish(args, cfg, res, plot_workers)
+
+
+def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
+            plot_workers: PlotWorkers | None) -> int:
+    """After the pipeline: the summary, the report (drawn by ``plot_workers``), the
+    Hub-layout text, the output paths; exit status 2 for warnings under ``--strict``."""
+    from tokenmill.manifests.summary import summary_table
+
     print()
     print(summary_table(res.manifest))
     print()
@@ -52,8 +71,10 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_report:
         from tokenmill.pipeline.report import write_report
 
-        rep = write_report(Path(res.manifest_path).parent)
-        print(f"report:   {rep.html} ({len(rep.images)} plots)")
+        t0 = time.perf_counter()
+        rep = write_report(Path(res.manifest_path).parent, res.manifest, workers=plot_workers)
+        print(f"report:   {rep.html} ({len(rep.images)} plots, "
+              f"{time.perf_counter() - t0:.1f} s)")
     if args.write_text or cfg.write_text:
         from tokenmill.pipeline.hubtext import write_hub_text
 

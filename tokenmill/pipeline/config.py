@@ -15,6 +15,10 @@ Example (``manifests/quickstart.yaml``)::
         hub: HuggingFaceFW/fineweb@<commit>   # a Hub dataset at a pinned revision
         allow_patterns: [sample/10BT/000_00000.parquet]
         max_documents: 2000
+      - name: wiki-de
+        hub: wikimedia/wikipedia@<commit>      # the data files of one dataset config and
+        config: 20231101.de                    # split, as `datasets` resolves them (the
+        split: train                           # card's `configs:` or the file layout)
 
 Every field has a default except ``name`` and ``sources``.
 """
@@ -29,7 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 # Per-document Creative Commons licenses that are not usable for training a model
 # that may be used commercially or whose outputs are derivatives: non-commercial (nc)
@@ -62,7 +73,13 @@ class SourceConfig(_Model):
 
     name: str
     path: str | None = None
-    hub: str | None = Field(default=None, description="org/name@revision")
+    hub: str | None = Field(default=None, description="org/name@revision (a branch or tag "
+                            "is resolved to its commit sha; a 40-hex sha must be what the "
+                            "Hub or the cache resolves it to)")
+    config: str | None = Field(default=None, description="Hub source: the dataset config "
+                               "(`datasets` name) whose data files are read")
+    split: str | None = Field(default=None, description="Hub source: the split of `config` "
+                              "to read (default train when `config` is given)")
     allow_patterns: list[str] | None = None
     license: str | None = Field(default=None, description="overrides the dataset card's")
     weight: float = Field(default=1.0, ge=0.0, description="mixture weight")
@@ -93,7 +110,19 @@ class SourceConfig(_Model):
                              f"got {self.hub!r}")
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", self.name):
             raise ValueError(f"source name {self.name!r}: letters, digits, '.', '_', '-' only")
+        if self.hub is None and (self.config is not None or self.split is not None):
+            raise ValueError(f"source {self.name!r}: 'config' and 'split' need a 'hub' source")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_dataset_fields(self, handler: Any) -> dict[str, Any]:
+        # config/split appear only when set, so that the config (and its sha256) of a
+        # datamix without them is what it was before they existed
+        d = handler(self)
+        for key in ("config", "split"):
+            if d.get(key) is None:
+                d.pop(key, None)
+        return d
 
 
 class FilterConfig(_Model):
@@ -141,6 +170,20 @@ class FuzzyDedupConfig(_Model):
     seed: int = 1
     exact_check: bool = Field(default=True, description="remove only on an exact shingle "
                               "Jaccard check; false: the former estimate-only decision")
+
+
+class DedupConfig(_Model):
+    """How exact and fuzzy dedup are cut into Ray tasks (never what they decide).
+
+    ``partitions``: hash partitions of the dedup decisions
+    (:mod:`tokenmill.pipeline.dedup_partitioned`); a partition task holds about
+    ``1/partitions`` of the documents' dedup rows (exact: ~70 bytes per document; fuzzy
+    band buckets, the largest: ``bands`` rows of ~90 bytes, ~1.1 KB per document at the
+    default 12 bands), so raise it with the corpus size: about one partition per million
+    documents keeps every task near 1-2 GB. The output does not depend on it.
+    """
+
+    partitions: int = Field(default=16, ge=1, le=65536)
 
 
 class ShardConfig(_Model):
@@ -193,6 +236,7 @@ class DatamixConfig(_Model):
     language: LanguageConfig | None = None
     fuzzy_dedup: FuzzyDedupConfig | None = None
     shards: ShardConfig = Field(default_factory=ShardConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
     checks: CheckConfig = Field(default_factory=CheckConfig)
     max_document_bytes: int = Field(
         default=10_000_000, description="a row larger than this (UTF-8 bytes) is quarantined"
@@ -218,7 +262,7 @@ class DatamixConfig(_Model):
         """The config minus where-things-live fields: what the outputs depend on."""
         d = self.model_dump(mode="json")
         for where in ("data_root", "output_dir", "files_per_block", "block_documents",
-                      "write_text"):
+                      "write_text", "dedup"):
             d.pop(where, None)  # how the work is cut (or what else is written) does not
             # change the shards
         return d

@@ -2,9 +2,11 @@
 
 Both have the :class:`~tokenmill.pipeline.step.GlobalStep` shape: per-block columns
 computed on the workers, then a decision over all blocks in the global document order
-(source, unit, row). Today the decision runs on the driver: exact dedup holds a 16-byte
-hash and a key per document, fuzzy dedup ``num_perm * 4`` bytes and a key per
-exact-unique document.
+(source, unit, row). ``tokenmill run`` takes the decisions in hash partitions on Ray
+(:mod:`tokenmill.pipeline.dedup_partitioned`, nothing per document on the driver); the
+:meth:`decide` methods here are the single-process reference it is tested against (one
+process holds a 16-byte hash and a key per document for exact dedup, ``num_perm * 4``
+bytes and a key per exact-unique document for fuzzy dedup).
 """
 
 from __future__ import annotations

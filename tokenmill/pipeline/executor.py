@@ -10,7 +10,8 @@ Order of work for ``tokenmill run``:
    ``document`` stages, then the ``global`` stages' per-block columns, committed per
    block of ``block_documents`` rows and per stage (:mod:`tokenmill.pipeline.blocks`);
 3. the ``global`` stages' decisions, in order (exact dedup, then MinHash-LSH fuzzy dedup
-   over the exact-unique documents), on the driver;
+   over the exact-unique documents), in hash partitions on Ray
+   (:mod:`tokenmill.pipeline.dedup_partitioned`; per block, a removals file);
 4. the ``block`` stage (tokenize) per block: drop the removed documents, tokenize;
 5. the ``source`` stage (shard writing) per source: shards, sidecars, quarantine;
 6. the manifest (:mod:`tokenmill.pipeline.accounting`: counts, input files, warnings),
@@ -45,12 +46,12 @@ from tokenmill.pipeline import blocks as block_work
 from tokenmill.pipeline import stages
 from tokenmill.pipeline.accounting import file_documents, source_entry, source_warnings
 from tokenmill.pipeline.config import DatamixConfig
+from tokenmill.pipeline.dedup_partitioned import decide_partitioned, tokenize_block
 from tokenmill.pipeline.intermediate import content_hash
 from tokenmill.pipeline.readers import is_whole_file, printable_name
 from tokenmill.pipeline.shard_writer import write_source
 from tokenmill.pipeline.sources import ResolvedSource, resolve_sources
-from tokenmill.pipeline.step import BlockColumns, Removals
-from tokenmill.pipeline.units import META_COLUMNS, tokenize_unit
+from tokenmill.pipeline.units import META_COLUMNS
 from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import TokenizerIdentity, identity
 
@@ -171,34 +172,30 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
 
 
 def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool
-            ) -> tuple[list[Removals], dict[str, Any]]:
-    """The global stages' decisions, in order: per block the removed documents, and the
-    stages' manifest records by stage name."""
-    removals: list[Removals] = [{} for _ in blocks]
-    view = BlockColumns(len(blocks), lambda i, cols: block_work.read_block_columns(
-        str(work), blocks[i].prepare_digest, cols))
-    records: dict[str, Any] = {}
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The global stages' decisions, in order, in hash partitions on Ray
+    (:mod:`tokenmill.pipeline.dedup_partitioned`): per block its removals file's digest,
+    and the stages' manifest records by stage name."""
     src = cfg.sources[0]  # global stages are configured per datamix, not per source
-    for name, kw in stages.source_stages(cfg, src, "global"):
-        rec = stages.build_stage(name, kw).decide(view, removals, progress)
-        if rec is not None:
-            records[name] = rec
-    return removals, records
+    return decide_partitioned(str(work), [b.prepare_digest for b in blocks],
+                              stages.source_stages(cfg, src, "global"),
+                              cfg.dedup.partitions, progress)
 
 
 def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
-              removals: list[Removals], work: Path, progress: bool) -> None:
-    """The block stage (tokenize), per block on Ray."""
+              removals: list[dict[str, Any]], work: Path, progress: bool) -> None:
+    """The block stage (tokenize), per block on Ray; each task reads its block's removals."""
     (name, kw), = stages.source_stages(cfg, cfg.sources[0], "block")
     fingerprint = stages.build_stage(name, kw).fingerprint()
     specs = []
     for b, dups in zip(blocks, removals, strict=True):
         b.tokenize_digest = content_hash(name, fingerprint, tok.model_dump(),
-                                         b.prepare_digest, sorted(dups.items()))
+                                         b.prepare_digest, dups["content"])
         specs.append({"work": str(work), "digest": b.tokenize_digest,
                       "prepare_digest": b.prepare_digest, "source": b.source.name,
-                      "duplicates": dups, "stage": (name, kw)})
-    infos = _run_tasks(tokenize_unit, specs, "tokenize", progress)
+                      "dedup_work": str(work / "dedup"), "removals": dups["removals"],
+                      "stage": (name, kw)})
+    infos = _run_tasks(tokenize_block, specs, "tokenize", progress)
     for b, info in zip(blocks, infos, strict=True):
         b.tokenize_info = info
 

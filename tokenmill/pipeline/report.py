@@ -10,7 +10,9 @@ Reads only what a run leaves behind: ``manifest.json``
 ``tokens``, ``mixture_weight``, ``shards``), the quarantine parquet files it lists
 (columns ``key, source, stage, reason, text, duplicate_of, detail``; ``raw`` optional)
 and the shard sidecars ``*.docs.parquet`` (``n_tokens``; ``language`` when language id
-ran). Plots (matplotlib, Agg backend; the HTML uses no network asset):
+ran). Plots (matplotlib, Agg backend, drawn by :mod:`tokenmill.pipeline.report_plots`,
+in this process or in :class:`~tokenmill.pipeline.report_plots.PlotWorkers` started before
+the run; the HTML uses no network asset):
 
 =====================  ==================================================================
 waterfall.png          documents and tokens per source remaining after each stage
@@ -42,20 +44,25 @@ from __future__ import annotations
 
 import argparse
 import html
-import io
+import logging
 import os
 from collections import Counter, defaultdict
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 
-from tokenmill.atomic import atomic_write_bytes, atomic_write_text
+from tokenmill.atomic import atomic_write_text
 from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manifest
 from tokenmill.manifests.summary import license_family
+from tokenmill.pipeline.report_plots import PlotSpec, PlotWorkers, render
 from tokenmill.pipeline.stages import STAGES, stage_order
+
+log = logging.getLogger(__name__)
 
 REPORT_NAME = "report.html"
 #: example documents shown per removal reason, and the characters shown of each
@@ -167,17 +174,22 @@ def document_waterfall(manifest: DatamixManifest) -> tuple[list[str], dict[str, 
     return stages, remaining
 
 
+_QUARANTINE_COLUMNS = ("key", "source", "stage", "reason", "text", "raw", "duplicate_of",
+                       "detail")
+
+
 def _read_quarantine(out: Path, manifest: DatamixManifest):
+    """The manifest's quarantine files, concatenated (only the columns the report uses),
+    or None when there is none."""
     import pyarrow as pa
 
     tables = []
     for q in manifest.quarantine:
         p = out / q.path
         if p.is_file():
-            t = pq.read_table(p)
-            keep = [c for c in ("key", "source", "stage", "reason", "text", "raw",
-                                "duplicate_of", "detail") if c in t.column_names]
-            tables.append(t.select(keep))
+            f = pq.ParquetFile(p)  # (pq.read_table's first call imports pyarrow.dataset)
+            names = set(f.schema_arrow.names)
+            tables.append(f.read(columns=[c for c in _QUARANTINE_COLUMNS if c in names]))
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="default")
@@ -194,7 +206,9 @@ def _read_sidecars(out: Path, manifest: DatamixManifest) -> dict[str, dict[str, 
             p = sidecar_path(out / sh.path)
             if not p.is_file():
                 continue
-            t = pq.read_table(p)
+            f = pq.ParquetFile(p)
+            names = set(f.schema_arrow.names)
+            t = f.read(columns=[c for c in ("n_tokens", "language") if c in names])
             d["n_tokens"] += t.column("n_tokens").to_pylist()
             if "language" in t.column_names:
                 d["language"] += t.column("language").to_pylist()
@@ -209,36 +223,12 @@ def _token_counter(manifest: DatamixManifest):
         enc = get_encoding(manifest.tokenizer.name)
 
         def count(texts: list[str]) -> list[int]:
-            return [len(t) + 1 for t in enc.encode_ordinary_batch(texts, num_threads=2)]
+            return [len(t) + 1 for t in enc.encode_ordinary_batch(
+                texts, num_threads=min(4, os.cpu_count() or 1))]
     except Exception:  # tokenizer not available offline: estimate
         def count(texts: list[str]) -> list[int]:
             return [len(t) // 4 + 1 for t in texts]
     return count
-
-
-# ---------------------------------------------------------------------------------------
-# plots
-# ---------------------------------------------------------------------------------------
-def _save(fig, path: Path) -> Path:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
-
-
-def _bars(ax, stages, series: dict[str, list[float]], ylabel: str, title: str) -> None:
-    n = max(1, len(series))
-    width = 0.8 / n
-    x = np.arange(len(stages))
-    for i, (name, vals) in enumerate(series.items()):
-        ax.bar(x + (i - (n - 1) / 2) * width, vals, width, label=name)
-    ax.set_xticks(x, stages, rotation=30, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
 
 
 @dataclass
@@ -258,10 +248,6 @@ class _Report:
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.manifest.sources]
-
-    def add(self, fig, png: str, title: str, caption: str) -> None:
-        self.result.images.append(_save(fig, self.out / png))
-        self.sections.append((title, png, caption))
 
 
 @dataclass
@@ -286,31 +272,55 @@ def _excerpt(text: str | None, raw: bytes | None) -> str:
     return text[:EXAMPLE_CHARS] + ("…" if len(text) > EXAMPLE_CHARS else "")
 
 
-def _quarantine_rows(out: Path, manifest: DatamixManifest
-                     ) -> tuple[list[dict[str, Any]], dict[str, _Examples]]:
-    """Removed documents (quarantine rows without text/raw) with their token lengths, and
-    per reason label (:func:`reason_label`) the first examples, in quarantine order (the
-    manifest's sources in order, keys in order within each)."""
-    quarantine = _read_quarantine(out, manifest)
+def _quarantine_rows(quarantine) -> tuple[list[dict[str, Any]], dict[str, _Examples]]:
+    """Removed documents (quarantine rows without text/raw; ``n_tokens`` is added by
+    :func:`_count_tokens`) and per reason label (:func:`reason_label`) the first
+    examples, in quarantine order (the manifest's sources in order, keys in order
+    within each)."""
     if quarantine is None or not quarantine.num_rows:
         return [], {}
-    cols = {c: quarantine.column(c).to_pylist() for c in quarantine.column_names}
-    texts = cols.get("text", [None] * quarantine.num_rows)
-    raws = cols.get("raw", [None] * quarantine.num_rows)
-    lengths = _token_counter(manifest)([t or "" for t in texts])
+    cols = {c: quarantine.column(c).to_pylist() for c in quarantine.column_names
+            if c not in ("text", "raw")}
+    texts = _column(quarantine, "text")
+    raws = _column(quarantine, "raw")
     rows = []
     examples: dict[str, _Examples] = {}
     for i in range(quarantine.num_rows):
-        n_tok = lengths[i] if texts[i] is not None else len(raws[i] or b"") // 4 + 1
-        row = {c: cols[c][i] for c in cols if c not in ("text", "raw")} | {"n_tokens": n_tok}
+        row = {c: cols[c][i] for c in cols}
         rows.append(row)
         label = reason_label(row.get("stage") or "other", row.get("reason") or "")
-        examples.setdefault(label, _Examples()).add(row, texts[i], raws[i])
+        ex = examples.setdefault(label, _Examples())
+        if len(ex.shown) < EXAMPLES_PER_REASON:
+            ex.add(row, texts[i].as_py(), raws[i].as_py())
+        else:
+            ex.count += 1
     order = {lab: _stage_key(lab.split(":")[0]) for lab in examples}
     return rows, dict(sorted(examples.items(), key=lambda kv: (order[kv[0]], kv[0])))
 
 
-def _plot_waterfall(r: _Report, plt) -> None:
+def _column(table, name: str):
+    """A column as an Arrow array (all nulls when the table lacks it)."""
+    import pyarrow as pa
+
+    if name in table.column_names:
+        return table.column(name).combine_chunks()
+    return pa.nulls(table.num_rows)
+
+
+def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManifest
+                  ) -> None:
+    """Set ``n_tokens`` of every quarantine row: its text encoded with the run's
+    tokenizer + 1 (EOT), or raw bytes / 4 + 1 for a row without text."""
+    if not rows:
+        return
+    texts = _column(quarantine, "text").to_pylist()
+    raws = _column(quarantine, "raw").to_pylist()
+    lengths = _token_counter(manifest)([t or "" for t in texts])
+    for row, n, t, raw in zip(rows, lengths, texts, raws, strict=True):
+        row["n_tokens"] = n if t is not None else len(raw or b"") // 4 + 1
+
+
+def _spec_waterfall(r: _Report) -> PlotSpec | None:
     stages = r.stages
     tok_removed: dict[str, Counter] = defaultdict(Counter)
     for q in r.q_rows:
@@ -325,34 +335,22 @@ def _plot_waterfall(r: _Report, plt) -> None:
         # remaining after stage i = kept + tokens removed by the stages after it
         tok_series[src.name] = [kept + sum(removed.get(s, 0) for s in stages[i + 1:-1])
                                 for i in range(len(stages) - 1)] + [kept]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    labels = [column_label(st) for st in stages]
-    _bars(axes[0], labels, r.remaining, "documents", "documents remaining after each stage")
-    _bars(axes[1], labels, tok_series, "tokens (EOT included)",
-          "tokens remaining after each stage")
-    r.add(fig, "waterfall.png", "Documents and tokens per stage",
-          "Remaining after each stage, per source. Tokens of removed documents "
-          "are measured on their quarantined text.")
+    return PlotSpec("waterfall.png", "Documents and tokens per stage",
+                    "Remaining after each stage, per source. Tokens of removed documents "
+                    "are measured on their quarantined text.", "waterfall",
+                    {"labels": [column_label(st) for st in stages],
+                     "documents": r.remaining, "tokens": tok_series})
 
 
-def _plot_lengths(r: _Report, plt) -> None:
+def _spec_lengths(r: _Report) -> PlotSpec | None:
     after = [n for s in r.names for n in r.sidecars.get(s, {}).get("n_tokens", [])]
     before = after + [q["n_tokens"] for q in r.q_rows]
     if not (after or before):
         r.result.skipped["lengths.png"] = "no sidecar and no quarantine rows"
-        return
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    hi = max(before + after + [2])
-    bins = np.logspace(0, np.log10(hi) + 0.05, 40)
-    ax.hist(before, bins=bins, alpha=0.5, label=f"before ({len(before)} docs)")
-    ax.hist(after, bins=bins, alpha=0.7, label=f"after ({len(after)} docs)")
-    ax.set_xscale("log")
-    ax.set_xlabel("document length (tokens)")
-    ax.set_ylabel("documents")
-    ax.set_title("document length before and after curation")
-    ax.legend()
-    r.add(fig, "lengths.png", "Document lengths",
-          "Before = kept documents plus every quarantined document.")
+        return None
+    return PlotSpec("lengths.png", "Document lengths",
+                    "Before = kept documents plus every quarantined document.", "lengths",
+                    {"before": before, "after": after})
 
 
 def _removal_rates(r: _Report) -> dict[str, float]:
@@ -386,86 +384,72 @@ def license_variants(manifest: DatamixManifest) -> list[tuple[str, str, int]]:
                   key=lambda t: (t[0], -t[2], t[1]))
 
 
-def _plot_removal_rates(r: _Report, plt) -> None:
+def _spec_removal_rates(r: _Report) -> PlotSpec | None:
     rates = _removal_rates(r)
     if not rates:
         r.result.skipped["removal_rates.png"] = "no stage removed any document"
-        return
-    items = sorted(rates.items(), key=lambda kv: kv[1])
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(items) + 1.5))
-    ax.barh([k for k, _ in items], [v * 100 for _, v in items])
-    ax.set_xlabel("% of the stage's input documents removed")
-    ax.set_title("removal rate per stage and reason")
-    r.add(fig, "removal_rates.png", "Removal rates",
-          "Share of the documents entering a stage that it removed; per-document license "
-          "removals grouped by family (the variants are in the table below).")
+        return None
+    return PlotSpec("removal_rates.png", "Removal rates",
+                    "Share of the documents entering a stage that it removed; per-document "
+                    "license removals grouped by family (the variants are in the table "
+                    "below).", "removal_rates",
+                    {"items": sorted(rates.items(), key=lambda kv: kv[1])})
 
 
-def _plot_clusters(r: _Report, plt) -> None:
+def _spec_clusters(r: _Report) -> PlotSpec | None:
     clusters: dict[str, Counter] = defaultdict(Counter)
     for q in r.q_rows:
         if q.get("duplicate_of"):
             clusters[q.get("stage") or "dedup"][q["duplicate_of"]] += 1
     if not clusters:
         r.result.skipped["duplicate_clusters.png"] = "no quarantined duplicates"
-        return
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    per_stage = {st: Counter(v + 1 for v in c.values()) for st, c in sorted(clusters.items())}
-    sizes = sorted(set().union(*per_stage.values()))
-    _bars(ax, [str(x) for x in sizes],
-          {f"{st} ({len(clusters[st])} clusters)": [c.get(x, 0) for x in sizes]
-           for st, c in per_stage.items()},
-          "clusters", "duplicate cluster sizes")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("cluster size (kept document + removed duplicates)")
-    r.add(fig, "duplicate_clusters.png", "Duplicate clusters",
-          "From the quarantine's duplicate_of column.")
+        return None
+    per_stage = {st: dict(Counter(v + 1 for v in c.values()))
+                 for st, c in sorted(clusters.items())}
+    return PlotSpec("duplicate_clusters.png", "Duplicate clusters",
+                    "From the quarantine's duplicate_of column.", "clusters",
+                    {"per_stage": per_stage, "counts": {st: len(c) for st, c in
+                                                        clusters.items()}})
 
 
-def _plot_languages(r: _Report, plt) -> None:
+def _spec_languages(r: _Report) -> PlotSpec | None:
     langs: Counter = Counter()
     for s in r.names:
         langs.update(x for x in r.sidecars.get(s, {}).get("language", []) if x)
     if not langs:
         r.result.skipped["languages.png"] = "no language column in the shard sidecars"
-        return
-    top = langs.most_common(25)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.bar([k for k, _ in top], [v for _, v in top])
-    ax.set_ylabel("kept documents")
-    ax.set_title("language of kept documents")
-    plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
-    r.add(fig, "languages.png", "Languages", "From the sidecars' language column.")
+        return None
+    return PlotSpec("languages.png", "Languages", "From the sidecars' language column.",
+                    "languages", {"top": langs.most_common(25)})
 
 
-def _plot_mixture(r: _Report, plt) -> None:
+def _spec_mixture(r: _Report) -> PlotSpec | None:
     toks = [sum(s.tokens.values()) for s in r.manifest.sources]
     if sum(toks) <= 0:
         r.result.skipped["mixture.png"] = "no tokens in the manifest"
-        return
-    fig, ax = plt.subplots(figsize=(6.5, 6.5))
+        return None
     labels = [f"{s.name}\n{t:,} tokens, weight {s.mixture_weight:g}"
               for s, t in zip(r.manifest.sources, toks, strict=True)]
-    ax.pie(toks, labels=labels, autopct="%1.1f%%", startangle=90)
-    ax.set_title("mixture (tokens per source)")
-    r.add(fig, "mixture.png", "Mixture", "Tokens per source after curation.")
+    return PlotSpec("mixture.png", "Mixture", "Tokens per source after curation.",
+                    "mixture", {"tokens": toks, "labels": labels})
 
 
-_PLOTS = (_plot_waterfall, _plot_lengths, _plot_removal_rates, _plot_clusters,
-          _plot_languages, _plot_mixture)
+# the plots in report order; the first two need the token counts of removed documents
+_PLOTS = (_spec_waterfall, _spec_lengths, _spec_removal_rates, _spec_clusters,
+          _spec_languages, _spec_mixture)
+_NEED_TOKENS = (_spec_waterfall, _spec_lengths)
 
 
-def write_report(output_dir: str | os.PathLike,
-                 manifest: DatamixManifest | None = None) -> ReportResult:
+def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None = None,
+                 *, workers: PlotWorkers | None = None) -> ReportResult:
     """Write ``report.html`` and its PNGs into ``output_dir`` (atomically, overwriting).
 
     Args:
         output_dir: a run's output folder (holding ``manifest.json``).
         manifest: the manifest, if already loaded.
+        workers: started :class:`~tokenmill.pipeline.report_plots.PlotWorkers` to draw
+            the plots in (in parallel, while this process counts the removed documents'
+            tokens); None draws them here, one after the other. The files are the same.
 
     Returns:
         :class:`ReportResult`.
@@ -474,11 +458,6 @@ def write_report(output_dir: str | os.PathLike,
         FileNotFoundError: no ``manifest.json`` in ``output_dir``.
         ValueError: the manifest does not validate (see :func:`load_manifest`).
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
     out = Path(output_dir)
     if out.is_file():  # the manifest.json itself, as `tokenmill manifest ...` accepts
         out = out.parent
@@ -487,14 +466,41 @@ def write_report(output_dir: str | os.PathLike,
     if manifest is None:
         manifest = load_manifest(out)
     stages, remaining = document_waterfall(manifest)
-    q_rows, examples = _quarantine_rows(out, manifest)
+    quarantine = _read_quarantine(out, manifest)
+    q_rows, examples = _quarantine_rows(quarantine)
     r = _Report(out=out, manifest=manifest, result=ReportResult(html=out / REPORT_NAME),
                 q_rows=q_rows, examples=examples,
                 sidecars=_read_sidecars(out, manifest), stages=stages, remaining=remaining)
-    for plot in _PLOTS:
-        plot(r, plt)
+    specs: dict[Callable, PlotSpec | None] = {}
+    futures: dict[Callable, Future] = {}
+    for build in (b for b in _PLOTS if b not in _NEED_TOKENS):
+        specs[build] = build(r)
+        if workers is not None and specs[build] is not None:
+            futures[build] = workers.submit(out / specs[build].png, specs[build])
+    _count_tokens(r.q_rows, quarantine, manifest)
+    for build in _NEED_TOKENS:
+        specs[build] = build(r)
+        if workers is not None and specs[build] is not None:
+            futures[build] = workers.submit(out / specs[build].png, specs[build])
+    for build in _PLOTS:  # report order, whoever drew them
+        if (spec := specs[build]) is None:
+            continue
+        _finish(futures.get(build), out / spec.png, spec)
+        r.result.images.append(out / spec.png)
+        r.sections.append((spec.title, spec.png, spec.caption))
     atomic_write_text(r.result.html, _html(r))
     return r.result
+
+
+def _finish(future: Future | None, path: Path, spec: PlotSpec) -> None:
+    """Wait for a worker's plot; draw it here when there is no worker or it died."""
+    if future is not None:
+        try:
+            future.result()
+            return
+        except BrokenProcessPool as e:
+            log.warning("a report worker died (%s); drawing %s here", e, spec.png)
+    render(path, spec.kind, spec.data)
 
 
 _STYLE = ("<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"

@@ -3,13 +3,17 @@
 A source is a folder laid out like a Hugging Face dataset repository (a ``README.md``
 dataset card whose YAML front matter gives ``license``, data files below it), either
 local or fetched from the Hub with ``huggingface_hub.snapshot_download`` at a pinned
-revision (the resolved commit sha is recorded). Hub downloads honour the usual
+revision (the resolved commit sha is recorded; a revision given as a 40-hex sha must
+be the snapshot's). A Hub source may name a dataset ``config`` and ``split``: then
+``datasets`` resolves which data files of the snapshot hold them (the card's
+``configs:`` YAML, else the file layout), and those are read. Hub downloads honour the usual
 ``HF_HOME`` / ``HF_HUB_CACHE`` / ``HF_HUB_OFFLINE`` settings, so an offline machine with
 a filled cache runs exactly the calls a networked one does.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +86,13 @@ def _list_files(root: Path) -> tuple[list[str], list[str]]:
     return files, skipped
 
 
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
 def _snapshot(src: SourceConfig) -> tuple[Path, str]:
+    """Download (or find in the cache) the source's Hub snapshot; returns its folder and
+    commit sha. Raises ``ValueError`` when the datamix pins a 40-hex sha and the
+    snapshot is another commit."""
     from huggingface_hub import snapshot_download
 
     repo_id, _, revision = src.hub.partition("@")
@@ -94,7 +104,50 @@ def _snapshot(src: SourceConfig) -> tuple[Path, str]:
         allow_patterns=patterns,
     )
     folder = Path(folder)
-    return folder, folder.name  # snapshot folders are named by the commit sha
+    commit = folder.name  # snapshot folders are named by the commit sha
+    if _SHA.fullmatch(revision) and commit != revision:
+        raise ValueError(f"pinned revision {revision} resolved to snapshot {commit}")
+    return folder, commit
+
+
+def _dataset_files(root: Path, src: SourceConfig) -> list[str]:
+    """The data files of the source's dataset ``config`` and ``split`` in a Hub snapshot
+    folder, as ``datasets`` resolves them (the card's ``configs:`` YAML, else the
+    standard file layout), relative to ``root``, in ``datasets``' order.
+
+    Raises:
+        SourceError: an unknown config or split (naming the ones there are), or data
+            files of a type tokenmill does not read.
+    """
+    import datasets
+
+    split = src.split or "train"
+    try:
+        builder = datasets.load_dataset_builder(str(root), name=src.config)
+    except ValueError as e:  # unknown config: datasets names the available ones
+        raise SourceError(f"source {src.name!r}: {e}") from e
+    files = builder.config.data_files or {}
+    if split not in files:
+        raise SourceError(f"source {src.name!r}: no split {split!r} in config "
+                          f"{builder.config.name!r} of {src.hub} (splits: "
+                          f"{', '.join(map(str, files)) or 'none'})")
+    rels = [Path(os.path.relpath(f, root)).as_posix() for f in files[split]]
+    bad = [r for r in rels if r.startswith("../") or not is_data_file(r)]
+    if bad:
+        raise SourceError(f"source {src.name!r}: data files of config "
+                          f"{builder.config.name!r} split {split!r} not readable by "
+                          f"tokenmill: {', '.join(printable_name(b) for b in bad[:3])}")
+    return rels
+
+
+def hub_origin(src: SourceConfig) -> str:
+    """A Hub source's ``origin`` in the manifest: ``hub:org/name``, and for a dataset
+    config/split ``hub:org/name?config=CONFIG&split=SPLIT`` (the revision is recorded
+    beside it, as the commit sha)."""
+    origin = f"hub:{src.hub.partition('@')[0]}"
+    if src.config is not None or src.split is not None:
+        origin += f"?config={src.config or 'default'}&split={src.split or 'train'}"
+    return origin
 
 
 def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
@@ -105,7 +158,7 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         except Exception as e:
             raise SourceError(f"source {src.name!r}: could not fetch Hub dataset {src.hub} "
                               f"({type(e).__name__}: {e})") from e
-        origin = f"hub:{src.hub.partition('@')[0]}"
+        origin = hub_origin(src)
     else:
         base = Path(cfg.data_root) if cfg.data_root else Path.cwd()
         root = (base / src.path).resolve()
@@ -118,7 +171,9 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         raise MissingLicenseError(f"source {src.name!r}: no license in {root / _CARD} and "
                                   "none set in the datamix file", card=root / _CARD)
     files, skipped = _list_files(root)
-    if src.allow_patterns and src.hub is None:
+    if src.hub is not None and (src.config is not None or src.split is not None):
+        files, skipped = _dataset_files(root, src), []
+    elif src.allow_patterns and src.hub is None:
         import fnmatch
 
         files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]

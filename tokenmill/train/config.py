@@ -72,7 +72,10 @@ class TrainConfig(BaseModel):
     stop_after: int | None = Field(default=None, gt=0, description="stop (with a checkpoint) "
                                    "after this step: a planned pause")
     prefix_aux_weight: float = Field(default=0.0, ge=0, description="> 0: prefix auxiliary "
-                                     "loss with this weight")
+                                     "loss with this weight (the start weight with anneal)")
+    prefix_aux_schedule: Literal["constant", "anneal"] = Field(
+        default="constant", description="anneal: the weight falls linearly from "
+        "prefix_aux_weight to 0 over the steps (the speedrun's schedule, 0.25 at the start)")
     legality: str | None = Field(default=None, description="saved legality table (file or "
                                  "folder; polarity from its header): masked validation")
     lem: bool = False
@@ -90,6 +93,15 @@ class TrainConfig(BaseModel):
     # cap on the predictor's match length: lengths are bucketed up to 256 anyway, and the
     # cap bounds its work per token inside long runs of a repeated token (O(run**2) without)
     lem_max_len: int = Field(default=1024, ge=0)
+    ngram_features: str | None = Field(default=None, description="n-gram side channel of "
+                                       "the train split (`tokenmill ngram features MIX -o "
+                                       "DIR`): model input feature and sparse logit bias")
+    ngram_val_features: str | None = Field(default=None, description="n-gram side channel "
+                                           "of the val split (`ngram features --split "
+                                           "val`); None: computed at setup from the train "
+                                           "stream")
+    ngram_m: int | None = Field(default=None, gt=0, description="n-gram candidates used per "
+                                "position (None: the side channel's m)")
     doc_mask: bool = Field(default=False, description="attention stays inside each document")
     verify: bool = Field(default=True, description="check every shard's sha256 against the "
                          "manifest before reading (false: printed as skipped)")
@@ -124,13 +136,17 @@ class TrainConfig(BaseModel):
                 and self.grad_accum != 1):
             raise ValueError("lem: true supports grad_accum: 1 only with the online predictor "
                              "(lem_features or lem_workers allow any)")
+        if self.ngram_features is None and (self.ngram_val_features is not None
+                                            or self.ngram_m is not None):
+            raise ValueError("ngram_val_features and ngram_m need ngram_features")
         return self
 
     @classmethod
     def load(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
-        """Read a YAML or JSON config. ``data``/``out_dir``/``legality``/``lem_features`` in
-        the file are resolved against the file's folder; ``overrides`` (CLI options, ``None``
-        = not given) replace file values as given (relative to the working directory).
+        """Read a YAML or JSON config. ``data``/``out_dir``/``legality``/``lem_features``/
+        ``ngram_features``/``ngram_val_features`` in the file are resolved against the file's
+        folder; ``overrides`` (CLI options, ``None`` = not given) replace
+        file values as given (relative to the working directory).
 
         Raises:
             FileNotFoundError: no such file.
@@ -149,7 +165,8 @@ class TrainConfig(BaseModel):
         if not isinstance(raw, dict):
             raise TrainConfigError(f"{p}: a train config is a mapping of keys to values, "
                                    f"got a {type(raw).__name__}")
-        for key in ("data", "out_dir", "legality", "lem_features"):
+        for key in ("data", "out_dir", "legality", "lem_features", "ngram_features",
+                    "ngram_val_features"):
             if isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute():
                 raw[key] = str((p.parent / raw[key]).resolve())
         raw.update({k: v for k, v in overrides.items() if v is not None})
@@ -161,6 +178,16 @@ class TrainConfig(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-ready values (what ``config.json`` and checkpoints hold)."""
         return self.model_dump(mode="json")
+
+
+def prefix_aux_weight_at(step: int, cfg: TrainConfig) -> float:
+    """Weight of the prefix auxiliary loss at optimizer step ``step`` (0-based):
+    ``prefix_aux_weight``, or with ``prefix_aux_schedule: anneal`` that weight times
+    ``1 - step / steps`` (linear to 0 over training, as the NanoGPT speedrun anneals its
+    0.25)."""
+    if cfg.prefix_aux_schedule == "constant":
+        return cfg.prefix_aux_weight
+    return cfg.prefix_aux_weight * max(0.0, 1.0 - step / cfg.steps)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

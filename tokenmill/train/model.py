@@ -20,6 +20,16 @@ model adds ``mean(wte[candidates]) * scale[bucket] + bucket_emb[bucket]`` to the
 after the input norm, zero where there is no match (kernel: :func:`~.kernels.lem_feature`).
 Scales and bucket embeddings start at zero, so the model starts identical to the baseline.
 
+N-gram side input (``config.ngram``, issue 15.4): per position the interpolated n-gram
+model's top ``ngram_m`` candidate next tokens ``c_j`` and their log-probabilities ``l_j``
+(:mod:`tokenmill.train.ngramside`) enter twice, as the speedrun's n-gram record mixed n-gram
+counts into the model: as an input feature, ``ngram_scale * sum_j softmax(l)_j * wte[c_j]``
+(the candidates' embeddings weighted by their renormalised probabilities,
+``F.embedding_bag``) added after the input norm, and as an additive bias ``ngram_gate * l_j``
+on the logits of the ``m`` candidates, passed to the fused cross-entropy as a sparse bias
+(no dense ``V``-wide tensor). Scale and gate start at zero (the model starts identical to
+the baseline, loss for loss); the gate's gradient is non-zero from the first step.
+
 The loss is :func:`~.kernels.fused_cross_entropy` (Triton on GPU), with the optional prefix
 auxiliary target and the optional legality mask.
 """
@@ -54,6 +64,8 @@ class GPTConfig:
     lem: bool = False
     lem_k: int = 4
     lem_buckets: tuple[int, ...] = field(default_factory=lambda: DEFAULT_LEM_BUCKETS)
+    ngram: bool = False
+    ngram_m: int = 8
 
     def __post_init__(self) -> None:
         if self.n_embd % self.n_head:
@@ -183,6 +195,9 @@ class GPT(nn.Module):
             nb = len(cfg.lem_buckets)
             self.lem_scale = nn.Parameter(torch.zeros(nb))
             self.lem_bucket_emb = nn.Parameter(torch.zeros(nb, cfg.n_embd))
+        if cfg.ngram:
+            self.ngram_scale = nn.Parameter(torch.zeros(()))
+            self.ngram_gate = nn.Parameter(torch.zeros(()))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -201,6 +216,9 @@ class GPT(nn.Module):
         if self.cfg.lem:
             nn.init.zeros_(self.lem_scale)
             nn.init.zeros_(self.lem_bucket_emb)
+        if self.cfg.ngram:
+            nn.init.zeros_(self.ngram_scale)
+            nn.init.zeros_(self.ngram_gate)
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
@@ -225,6 +243,54 @@ class GPT(nn.Module):
         feat = lem_feature(cand, bucket, self.wte.weight, self.lem_scale, self.lem_bucket_emb)
         return feat.view(b, t, -1)
 
+    def ngram_input(self, cand: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+        """N-gram input feature ``float32 [B, T, n_embd]``: ``ngram_scale * sum_j w_j *
+        wte[cand_j]`` with ``w`` the candidates' probabilities renormalised over the valid
+        ones (0 where a position has none), from ``cand int [B, T, m]`` (-1 = none) and
+        ``logp float32 [B, T, m]`` (finite)."""
+        b, t, m = cand.shape
+        valid = cand >= 0
+        p = torch.where(valid, logp.float().exp(), torch.zeros((), device=logp.device))
+        w = p / p.sum(-1, keepdim=True).clamp_min(1e-30)
+        ids = cand.clamp_min(0).reshape(b * t, m).long()
+        feat = F.embedding_bag(ids, self.wte.weight, per_sample_weights=w.reshape(b * t, m)
+                               .to(self.wte.weight.dtype), mode="sum")
+        return (self.ngram_scale * feat.float()).view(b, t, -1)
+
+    def ngram_bias(self, cand: torch.Tensor, logp: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sparse logit bias of the n-gram candidates: ``(ids int32 [B*T, m] (-1 =
+        none), values float32 [B*T, m] = ngram_gate * logp)``."""
+        m = cand.shape[-1]
+        vals = self.ngram_gate.float() * logp.float().reshape(-1, m)
+        return cand.reshape(-1, m).to(torch.int32), vals
+
+    def _embed(self, idx, lem_len, lem_cand, ngram_cand, ngram_logp) -> torch.Tensor:
+        """Input norm of the token embeddings plus the side-input features."""
+        x = rms_norm(self.wte(idx))
+        if self.cfg.lem:
+            if lem_len is None or lem_cand is None:
+                raise ValueError("model was built with lem=True: pass lem_len and lem_cand")
+            x = x + self.lem_input(lem_len, lem_cand).to(x.dtype)
+        if self.cfg.ngram:
+            if ngram_cand is None or ngram_logp is None:
+                raise ValueError("model was built with ngram=True: pass ngram_cand and "
+                                 "ngram_logp")
+            x = x + self.ngram_input(ngram_cand, ngram_logp).to(x.dtype)
+        return x
+
+    def _biased_logits(self, logits: torch.Tensor, kw: dict) -> torch.Tensor:
+        """``[N, vocab_size]`` logits with the n-gram bias (if any) added densely, for
+        callers that want the model's distribution rather than the loss."""
+        v = self.cfg.vocab_size
+        logits = logits[:, :v]
+        if "bias_ids" not in kw:
+            return logits
+        ids = kw["bias_ids"].long()
+        ok = (ids >= 0) & (ids < v)
+        vals = torch.where(ok, kw["bias_vals"], 0.0).to(logits.dtype)
+        return logits.scatter_add(1, ids.clamp(0, v - 1), vals)
+
     def forward(
         self,
         idx: torch.Tensor,
@@ -232,6 +298,8 @@ class GPT(nn.Module):
         *,
         lem_len: torch.Tensor | None = None,
         lem_cand: torch.Tensor | None = None,
+        ngram_cand: torch.Tensor | None = None,
+        ngram_logp: torch.Tensor | None = None,
         doc_ids: torch.Tensor | None = None,
         aux_targets: torch.Tensor | None = None,
         aux_weight: float = 0.0,
@@ -247,6 +315,9 @@ class GPT(nn.Module):
                 logits ``[B, T, vocab_size]`` (padded columns dropped).
             lem_len, lem_cand: LEM side input (required when ``cfg.lem``), see
                 :meth:`lem_input`.
+            ngram_cand, ngram_logp: n-gram side input ``int [B, T, m]`` / ``float32
+                [B, T, m]`` (required when ``cfg.ngram``), see :meth:`ngram_input` and
+                :meth:`ngram_bias`; without targets the bias is added to the returned logits.
             doc_ids: optional ``int [B, T]`` document index per position for document-masked
                 attention (default: plain causal).
             aux_targets, aux_weight: prefix auxiliary target ``int64 [B, T]`` (-1 = none) and
@@ -265,11 +336,7 @@ class GPT(nn.Module):
         b, t = idx.shape
         if t > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {t} > max_seq_len {self.cfg.max_seq_len}")
-        x = rms_norm(self.wte(idx))
-        if self.cfg.lem:
-            if lem_len is None or lem_cand is None:
-                raise ValueError("model was built with lem=True: pass lem_len and lem_cand")
-            x = x + self.lem_input(lem_len, lem_cand).to(x.dtype)
+        x = self._embed(idx, lem_len, lem_cand, ngram_cand, ngram_logp)
         mask = document_causal_mask(doc_ids) if doc_ids is not None else None
         for blk in self.blocks:
             x = blk(x, mask)
@@ -280,9 +347,11 @@ class GPT(nn.Module):
             c = self.cfg.logit_softcap
             logits = c * torch.tanh(logits / c)
         logits = logits.view(b * t, -1)
-        if targets is None:
-            return logits[:, : self.cfg.vocab_size].view(b, t, -1)
         kw = {}
+        if self.cfg.ngram:
+            kw["bias_ids"], kw["bias_vals"] = self.ngram_bias(ngram_cand, ngram_logp)
+        if targets is None:
+            return self._biased_logits(logits, kw).reshape(b, t, -1)
         if aux_targets is not None and aux_weight:
             kw.update(aux_targets=aux_targets.reshape(-1), aux_weight=float(aux_weight))
         if mask_bits is not None:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from tokenmill.atomic import sha256_file
+from tokenmill.manifests.mixschema import mix_identity_sha256
 from tokenmill.manifests.verify import manifest_file
 from tokenmill.ngram.precompute import precompute_lem
 from tokenmill.ngram.stream import LEMStream
@@ -183,7 +184,8 @@ def _side_meta(folder: str | Path) -> tuple[Path, dict]:
 def check_side_channel(meta_path: Path, meta: dict, cfg: TrainConfig, world: int) -> None:
     """Refuse a side channel made for another mix or another stream geometry.
 
-    The stream the features are aligned with is fixed by the mix manifest (its sha256),
+    The stream the features are aligned with is fixed by the mix manifest (its
+    :func:`~tokenmill.manifests.mixschema.mix_identity_sha256`),
     the split, ``seq_len``, the global rows per step (``batch_size * world``: the same
     stream for any split of it into ranks) and the remainder mode; the features by the
     mode, ``k`` (at least ``cfg.lem_k``) and the window.
@@ -197,7 +199,7 @@ def check_side_channel(meta_path: Path, meta: dict, cfg: TrainConfig, world: int
         raise LEMSideChannelError(f"{meta_path}: lem_features needs data: to be a training-mix "
                                   f"manifest (`tokenmill mix build`), {mf} is a curation "
                                   "manifest")
-    sha = sha256_file(mf)
+    sha = mix_identity_sha256(mf)  # the mix without its side-channel listing
     if meta.get("mix_sha256") != sha:
         raise LEMSideChannelError(
             f"{meta_path}: made for the mix {meta.get('mix')} (sha256 "

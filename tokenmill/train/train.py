@@ -12,7 +12,9 @@ forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint
   side channel made before the run with ``tokenmill ngram lem`` (``lem_features``), from
   Ray CPU workers running ahead chunk by chunk (``lem_workers``,
   :mod:`tokenmill.train.lemworkers`), or from the online longest-exact-match predictor in
-  its own process), and the legality mask at evaluation;
+  its own process), the n-gram model's top-m candidates and log-probabilities
+  (``ngram_features``, :mod:`tokenmill.train.ngramside`: an input feature and a gated sparse
+  logit bias in the fused cross-entropy), and the legality mask at evaluation;
 * AdamW with a cosine or trapezoid (warmup-stable-decay) schedule, gradient clipping, bf16
   autocast on GPU and fp32 on CPU;
 * periodic validation on fixed val rows, with and without the legality mask (and the count
@@ -39,6 +41,7 @@ paths are relative to the config file. A CPU smoke run on the quickstart output:
     lem: true                       # optional: LEM side input (LEMStream process)
     lem_features: lem/              # optional: ... read from `tokenmill ngram lem` output
     # lem_workers: 4                # optional: ... or computed by 4 Ray CPU workers
+    # ngram_features: ngram/        # optional: `tokenmill ngram features MIX -o ngram/`
     legality: gpt2.legality         # optional: masked validation loss
 
     tokenmill train train-tiny.yaml                 # one process
@@ -81,11 +84,12 @@ from tokenmill.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from tokenmill.train.config import TrainConfig, lr_at
+from tokenmill.train.config import TrainConfig, lr_at, prefix_aux_weight_at
 from tokenmill.train.data import MixLoader
 from tokenmill.train.kernels import fused_cross_entropy, masked_target_count
 from tokenmill.train.lemworkers import LEMWorkers
 from tokenmill.train.model import GPT, GPTConfig
+from tokenmill.train.ngramside import NgramSideChannel, ngram_for_validation
 from tokenmill.train.report import RunResult, plot_losses, summary_table
 from tokenmill.train.side import (
     LEMFeed,
@@ -131,6 +135,8 @@ class Run:
     prefix: torch.Tensor | None = None
     lem_feed: LEMFeed | LEMSideChannel | LEMWorkers | None = None
     val_lem: tuple[np.ndarray, np.ndarray] | None = None
+    ngram_feed: NgramSideChannel | None = None
+    val_ngram: tuple[np.ndarray, np.ndarray] | None = None
     step: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)
     aux_history: list[tuple[int, float]] = field(default_factory=list)
@@ -154,7 +160,8 @@ class Run:
 
     def next_inputs(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """This rank's next micro-batch on the device: inputs, targets ``int64 [B, T]`` and
-        the model's side-input keywords (document ids, prefix targets, LEM features)."""
+        the model's side-input keywords (document ids, prefix targets, LEM and n-gram
+        features)."""
         d = self.loader.next_batch()
         x = d["inputs"].to(self.device, non_blocking=True)
         y = d["targets"].to(self.device, non_blocking=True)
@@ -162,10 +169,14 @@ class Run:
         if self.cfg.doc_mask:
             kw["doc_ids"] = doc_ids(d["cu_seqlens"], *x.shape).to(self.device)
         if self.prefix is not None:
-            kw.update(aux_targets=self.prefix[y], aux_weight=self.cfg.prefix_aux_weight)
+            kw.update(aux_targets=self.prefix[y],
+                      aux_weight=prefix_aux_weight_at(self.step, self.cfg))
         if self.lem_feed is not None:  # by the loader's global step: resume, ranks, accum
             ml, cand = self.lem_feed.get(int(d["step"]))
             kw.update(lem_len=ml.to(self.device), lem_cand=cand.to(self.device))
+        if self.ngram_feed is not None:
+            cand, logp = self.ngram_feed.get(int(d["step"]))
+            kw.update(ngram_cand=cand.to(self.device), ngram_logp=logp.to(self.device))
         return x, y, kw
 
     def no_sync(self, micro: int) -> AbstractContextManager:
@@ -184,7 +195,7 @@ class Run:
     def evaluate(self) -> dict[str, float]:
         """Validation losses now (see :func:`evaluate`)."""
         return evaluate(self.model, self.val, self.device, self.cfg.batch_size,
-                        self.autocast, self.mask_bits, self.val_lem)
+                        self.autocast, self.mask_bits, self.val_lem, self.val_ngram)
 
     def save(self) -> Path:
         """Write the checkpoint of the current step (rank 0), keeping the newest
@@ -305,14 +316,22 @@ def _build(cfg: TrainConfig, ident: TokenizerIdentity, resume: bool) -> Run:
     loader = open_loader(cfg, "train", rank, world)
     check_budget(loader, cfg, world)
     val = validation_set(cfg)
+    ngram = (NgramSideChannel(cfg.ngram_features, cfg, rank, world, verify=cfg.verify)
+             if cfg.ngram_features is not None else None)
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
     mcfg = GPTConfig.preset(cfg.model, vocab_size=ident.n_vocab, max_seq_len=cfg.seq_len,
-                            lem=cfg.lem, lem_k=cfg.lem_k, **cfg.model_overrides)
+                            lem=cfg.lem, lem_k=cfg.lem_k, ngram=ngram is not None,
+                            ngram_m=ngram.m if ngram is not None else 8,
+                            **cfg.model_overrides)
     model = GPT(mcfg).to(device)
     opt = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
     autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
                 else nullcontext)
     run = Run(cfg, device, rank, world, ident, loader, val, model, model, opt, autocast)
+    if ngram is not None:
+        run.ngram_feed = ngram
+        if cfg.val_every > 0:
+            run.val_ngram = ngram_for_validation(cfg, val, ngram, world, verify=cfg.verify)
     if cfg.legality:
         run.mask_bits = load_mask_bits(cfg.legality, ident.n_vocab, ident.name).to(device)
     if cfg.prefix_aux_weight > 0:
@@ -409,11 +428,13 @@ def evaluate(
     autocast: Callable[[], AbstractContextManager],
     mask_bits: torch.Tensor | None = None,
     lem: tuple[np.ndarray, np.ndarray] | None = None,
+    ngram: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, float]:
     """Mean validation loss (nats/token) of ``val`` (``int64 [Nv, T + 1]`` rows) and, with
     ``mask_bits``, the loss renormalised over the tokens the legality table allows after
     each previous token (``val_loss_masked``) and the number of val targets the table marks
-    impossible (``masked_targets``, 0 for a sound table)."""
+    impossible (``masked_targets``, 0 for a sound table). ``lem`` / ``ngram``: the side
+    inputs of the rows (``[Nv, T]`` / ``[Nv, T, k]`` arrays), when the model takes them."""
     was = model.training
     model.eval()
     tot, tot_m, n, bad = 0.0, 0.0, 0, 0
@@ -424,6 +445,9 @@ def evaluate(
         if lem is not None:
             kw = dict(lem_len=torch.as_tensor(lem[0][i : i + batch_size]).to(device),
                       lem_cand=torch.as_tensor(lem[1][i : i + batch_size]).to(device))
+        if ngram is not None:
+            kw.update(ngram_cand=torch.as_tensor(ngram[0][i : i + batch_size]).to(device),
+                      ngram_logp=torch.as_tensor(ngram[1][i : i + batch_size]).to(device))
         with autocast():
             logits = model(x, **kw).reshape(-1, model.cfg.vocab_size)  # one forward for both
             tgt, prev = y.reshape(-1), x.reshape(-1)

@@ -123,7 +123,8 @@ from tokenmill.pipeline.step import Document, PipelineStep
 
 __all__ = [
     "HASH_NAME", "MAX_HASH32", "MURMUR64A_M", "SCHEME", "SHINGLE_BASE", "FuzzyDedup",
-    "FuzzyDedupResult", "band_edges", "fmix32", "fuzzy_dedup", "fuzzy_dedup_signatures",
+    "FuzzyDedupResult", "band_edges", "candidate_shingle_sets", "fmix32", "fuzzy_dedup",
+    "fuzzy_dedup_signatures", "fuzzy_params",
     "jaccard_detail", "shingle_sets",
     "lsh_candidate_edges", "lsh_params", "minhash_signatures", "murmur64a",
     "normalize_for_shingles", "shingle_hash32", "shingles", "to_lean_minhash", "to_minhash",
@@ -331,12 +332,9 @@ def fuzzy_dedup_signatures(
     per_kept = np.bincount(twin[dups], minlength=n)
     cluster_sizes = sorted((per_kept[per_kept > 0] + 1).tolist(), reverse=True)
     t3 = time.perf_counter()
-    params = {"num_perm": num_perm, "bands": bands, "rows": rows, "threshold": threshold,
-              "ngram": ngram, "seed": seed, "hash": HASH_NAME, "scheme": SCHEME,
-              "false_positive_weight": false_positive_weight,
-              "false_negative_weight": false_negative_weight}
-    if exact_check:  # (absent when off: the former manifest record, byte for byte)
-        params |= {"exact_check": True, "max_representatives": max_representatives}
+    params = fuzzy_params(num_perm, bands, rows, threshold, ngram, seed,
+                          false_positive_weight, false_negative_weight, exact_check,
+                          max_representatives)
     counters = {"documents": n, "empty": int((~valid).sum()),
                 "candidate_pairs": int(len(edges)),
                 "candidate_clusters": int((sizes > 1).sum()) if n else 0,
@@ -347,6 +345,21 @@ def fuzzy_dedup_signatures(
                             "clusters": round(t3 - t2, 3)}}
     return FuzzyDedupResult(removed=removed, params=params, cluster_sizes=cluster_sizes,
                             counters=counters)
+
+
+def fuzzy_params(num_perm: int, bands: int, rows: int, threshold: float, ngram: int,
+                 seed: int, false_positive_weight: float = 0.2,
+                 false_negative_weight: float = 0.8, exact_check: bool = True,
+                 max_representatives: int = 32) -> dict[str, Any]:
+    """The settings of a fuzzy dedup run as the manifest records them
+    (:attr:`FuzzyDedupResult.params`)."""
+    params = {"num_perm": num_perm, "bands": bands, "rows": rows, "threshold": threshold,
+              "ngram": ngram, "seed": seed, "hash": HASH_NAME, "scheme": SCHEME,
+              "false_positive_weight": false_positive_weight,
+              "false_negative_weight": false_negative_weight}
+    if exact_check:  # (absent when off: the former manifest record, byte for byte)
+        params |= {"exact_check": True, "max_representatives": max_representatives}
+    return params
 
 
 def _verify_exactly(sig, order, members, bounds, edges, ngram, threshold, texts_of,

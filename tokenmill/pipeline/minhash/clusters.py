@@ -160,6 +160,14 @@ def _verify_exact(sig, members, bounds, head_ptr, head_idx, set_row, values, off
 # ---------------------------------------------------------------------------------------
 
 
+def component_roots(n: int, edges: np.ndarray) -> np.ndarray:
+    """int64[n]: for every node ``0..n-1`` the smallest node of its connected component
+    under the int64 ``(m, 2)`` ``edges`` (union-find with path halving)."""
+    if not n:
+        return np.empty(0, np.int64)
+    return _union_find(n, np.ascontiguousarray(edges, dtype=np.int64)).astype(np.int64)
+
+
 def union_find_clusters(n: int, edges: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Union-find clusters of the candidate ``edges`` (int64 ``(m, 2)``) over ``n``
