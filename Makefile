@@ -30,7 +30,7 @@ run: setup
 # slow end-to-end ones too (`make test MARK=`).
 MARK ?= not slow
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "$(MARK)" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "$(MARK)" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check tokenmill tests benchmarks

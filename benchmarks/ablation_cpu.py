@@ -465,7 +465,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--val-tokens", type=int, default=4096)
     ap.add_argument("--eval-from", type=float, default=0.3,
-                    help="evaluate every steps/10 from this fraction of the run on (and at "
+                    help="evaluate every steps/8 from this fraction of the run on (and at "
                     "the end): the points equal wall-clock interpolates between")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="training time for the equal-time comparison: wall seconds, or the "
@@ -491,7 +491,7 @@ def make_jobs(args: argparse.Namespace, mix: Path, out: Path, side: dict[str, st
     and the arms that cannot run, with why."""
     common = dict(data=str(mix), model=args.model, seq_len=args.seq_len,
                   batch_size=args.batch_size, steps=args.steps, lr=args.lr, warmup_steps=10,
-                  val_every=max(1, args.steps // 10), val_tokens=args.val_tokens,
+                  val_every=max(1, args.steps // 8), val_tokens=args.val_tokens,
                   num_threads=1, progress=False, device="cpu", keep_checkpoints=1)
     unavailable = {}
     jobs = []

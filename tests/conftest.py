@@ -55,23 +55,6 @@ def _shared_ray(request):
     yield
 
 
-#: test files that share expensive in-memory session fixtures (the corpora encoded per
-#: tokenizer, the cl100k table) and so run on one pytest-xdist worker (`make test` uses
-#: ``--dist loadgroup``); every other file is its own group, as ``--dist loadfile`` would do
-XDIST_GROUPS = {
-    "tests/tokenizers/test_legality_table.py": "legality",
-    "tests/tokenizers/test_legality_soundness.py": "legality",
-}
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    root = Path(__file__).resolve().parents[1]
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            rel = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
-            item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS.get(rel, rel)))
-
-
 REPORT_FILES = ("report.html",)
 
 
@@ -132,3 +115,4 @@ def quickstart(tmp_path_factory):
 
     folder = build_once(tmp_path_factory, "quickstart", build)
     return pickle.loads((folder / "result.pickle").read_bytes())
+

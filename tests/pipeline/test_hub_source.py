@@ -35,11 +35,11 @@ def _fill_cache(cache: Path, repo_id: str, files: dict[str, bytes]) -> Path:
     return snap
 
 
-@pytest.fixture
-def hf_cache(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def hf_cache(tmp_path_factory) -> Path:
     """An HF hub cache holding dataset tokenmill-test/c4-sample (the shared c4 sample's
     files) at COMMIT."""
-    cache = tmp_path / "hf-cache"
+    cache = tmp_path_factory.mktemp("hub") / "hf-cache"
     src = corpora("c4-en-sample")
     _fill_cache(cache, "tokenmill-test/c4-sample",
                 {f.relative_to(src).as_posix(): f.read_bytes()
@@ -52,23 +52,49 @@ def _env(tmp_path, cache) -> dict[str, str]:
                 HF_HOME=str(tmp_path / "hf-home"))
 
 
-def _run(tmp_path, cache, hub, source_lines=("allow_patterns: ['data/*.json.gz']",
-                                             "max_documents: 300"), *extra):
+C4_LINES = ("allow_patterns: ['data/*.json.gz']", "max_documents: 300")
+
+
+def _start(tmp_path, cache, hub, source_lines=C4_LINES, *extra) -> subprocess.Popen:
+    """``tokenmill run`` of a one-source Hub datamix into ``tmp_path/out``, started (the
+    module's runs go side by side: each is mostly its own Ray's start-up)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     yml = tmp_path / "hub.yaml"
     yml.write_text(
         "name: hubtest\ntokenizer: gpt2\nlicenses: {allow: [odc-by]}\n"
         f"sources:\n  - name: c4hub\n    hub: {hub}\n"
         + "".join(f"    {line}\n" for line in source_lines))
-    return subprocess.run([sys.executable, "-m", "tokenmill.cli", "run", str(yml), "-q",
-                           "--num-cpus", "1", "-o", str(tmp_path / "out"), *extra],
-                          capture_output=True, text=True, env=_env(tmp_path, cache))
+    return subprocess.Popen([sys.executable, "-m", "tokenmill.cli", "run", str(yml), "-q",
+                             "--num-cpus", "1", "-o", str(tmp_path / "out"), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path, cache))
+
+
+def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def hub_runs(tmp_path_factory, hf_cache, hf_config_cache) -> dict:
+    """Every ``tokenmill run`` of this module, started together: name -> (folder, result)."""
+    root = tmp_path_factory.mktemp("hub-runs")
+    cache, _, _ = hf_config_cache
+    started = {
+        "main": _start(root / "main", hf_cache, "tokenmill-test/c4-sample@main"),
+        COMMIT: _start(root / COMMIT, hf_cache, f"tokenmill-test/c4-sample@{COMMIT}"),
+        "missing": _start(root / "missing", hf_cache, "tokenmill-test/not-cached@main"),
+        "multi": _start(root / "multi", cache, f"tokenmill-test/multi@{COMMIT}",
+                        ("config: en", "split: validation"), "--no-report", "--write-text"),
+    }
+    return {name: (root / name, _finish(p)) for name, p in started.items()}
 
 
 @pytest.mark.parametrize("revision", ["main", COMMIT])
-def test_hub_source_offline(tmp_path, hf_cache, revision):
-    r = _run(tmp_path, hf_cache, f"tokenmill-test/c4-sample@{revision}")
+def test_hub_source_offline(hub_runs, revision):
+    folder, r = hub_runs[revision]
     assert r.returncode == 0, r.stderr
-    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    m = json.loads((folder / "out" / "manifest.json").read_text())
     (src,) = m["sources"]
     assert src["origin"] == "hub:tokenmill-test/c4-sample"
     assert src["revision"] == COMMIT  # the pinned commit is recorded, not the branch
@@ -76,8 +102,8 @@ def test_hub_source_offline(tmp_path, hf_cache, revision):
     assert src["counts"]["read"] == 300 and src["counts"]["kept"] == 300
 
 
-def test_hub_source_missing_offline_names_source(tmp_path, hf_cache):
-    r = _run(tmp_path, hf_cache, "tokenmill-test/not-cached@main")
+def test_hub_source_missing_offline_names_source(hub_runs):
+    _, r = hub_runs["missing"]
     assert r.returncode == 2
     assert "source 'c4hub': could not fetch Hub dataset tokenmill-test/not-cached@main" in r.stderr
 
@@ -103,8 +129,8 @@ configs:
 _ROWS = {("en", "train"): (0, 40), ("en", "validation"): (40, 60), ("de", "train"): (60, 90)}
 
 
-@pytest.fixture
-def hf_config_cache(tmp_path) -> tuple[Path, Path, list[str]]:
+@pytest.fixture(scope="module")
+def hf_config_cache(tmp_path_factory) -> tuple[Path, Path, list[str]]:
     """HF cache with tokenmill-test/multi at COMMIT: 90 c4 documents cut into configs en
     (train 40, validation 20) and de (train 30). Returns (cache, snapshot, texts)."""
     import gzip
@@ -120,21 +146,20 @@ def hf_config_cache(tmp_path) -> tuple[Path, Path, list[str]]:
         buf = pa.BufferOutputStream()
         pq.write_table(pa.table({"text": texts[a:b], "id": list(range(a, b))}), buf)
         files[f"{config}/{split}-00000-of-00001.parquet"] = buf.getvalue().to_pybytes()
-    cache = tmp_path / "hf-cache"
+    cache = tmp_path_factory.mktemp("hub-multi") / "hf-cache"
     return cache, _fill_cache(cache, "tokenmill-test/multi", files), texts
 
 
-def test_hub_config_split_reads_exactly_those_rows(tmp_path, hf_config_cache):
+def test_hub_config_split_reads_exactly_those_rows(tmp_path, hf_config_cache, hub_runs):
     """config en + split validation: the 20 rows `datasets` gives for them, nothing of the
     other config or split; the manifest records repo, config, split and commit."""
     import datasets
     import pyarrow.parquet as pq
 
     cache, snap, texts = hf_config_cache
-    r = _run(tmp_path, cache, f"tokenmill-test/multi@{COMMIT}",
-             ("config: en", "split: validation"), "--no-report", "--write-text")
+    folder, r = hub_runs["multi"]
     assert r.returncode == 0, r.stderr
-    out = tmp_path / "out"
+    out = folder / "out"
     m = json.loads((out / "manifest.json").read_text())
     (src,) = m["sources"]
     assert src["origin"] == "hub:tokenmill-test/multi?config=en&split=validation"

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.tokenizers.legality_adversarial import adversarial_violations, sample_impossible
+from tests.tokenizers.rowcheck import check_rows_against_reference, token_id
 from tokenmill.tokenizers import get_encoding
 
 
@@ -107,3 +108,13 @@ def test_fuzzed_texts(name):
         violations, n_texts, _ = adversarial_violations(get_encoding(name), table, pairs, rng)
         assert n_texts > 150_000
         assert violations == [], [(table.explain(a, b), t) for a, b, t in violations[:10]]
+
+
+def test_cl100k_rows_match_plain_python_reference(cl100k_table):
+    """(Beside the other cl100k tests: one pytest-xdist worker builds the cl100k table.)"""
+    enc = get_encoding("cl100k_base")
+    rng = np.random.default_rng(4)
+    rows = [int(r) for r in rng.choice(cl100k_table.rows, 2, replace=False)]
+    built = set(cl100k_table.rows.tolist())
+    rows += [r for r in (token_id(enc, b) for b in (b" ", b"12", b".\n", b"'s")) if r in built]
+    check_rows_against_reference(cl100k_table, "cl100k_base", rows)
