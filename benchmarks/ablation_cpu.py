@@ -30,7 +30,7 @@ printed in Markdown and written to ``--report`` with the command line on top.
 Usage::
 
     python benchmarks/ablation_cpu.py                       # the full design (~30 min idle)
-    python benchmarks/ablation_cpu.py --smoke               # 2 seeds x 6 steps: a check
+    python benchmarks/ablation_cpu.py --smoke               # 2 seeds x 8 steps: a check
     python benchmarks/ablation_cpu.py --arms lem,lem-placebo --seeds 8 --steps 300
 """
 

@@ -220,3 +220,27 @@ def test_export_follows_the_loader_for_other_batches(exported, tmp_path, remaind
     np.testing.assert_array_equal(_stream(tmp_path), _loader_stream(loader))
     assert json.loads((tmp_path / "export.json").read_text())["loader"] == {
         "seq_len": 128, "batch_size": 4, "remainder": remainder, "verified": True}
+
+
+def test_export_names_the_mix_identity_not_its_side_channel_listing(exported, tmp_path):
+    """Listing a side channel in the mix manifest changes its bytes, not its identity:
+    the export records the identity, so it is the same before and after."""
+    import json
+
+    from tokenmill.manifests.export import export_modded_nanogpt
+    from tokenmill.manifests.mixschema import (
+        SideChannelRef,
+        mix_identity_sha256,
+        register_side_channel,
+    )
+
+    tmp, _, _ = exported
+    mix = tmp / "mix-listed.json"  # beside the original: its relative paths still hold
+    mix.write_bytes((tmp / "mix.json").read_bytes())
+    ident = mix_identity_sha256(mix)
+    register_side_channel(mix, SideChannelRef(kind="lem-side-channel", split="train",
+                                              path="lem/lem.json", sha256="0" * 64, files=[]))
+    assert mix_identity_sha256(mix) == ident
+    export_modded_nanogpt(mix, tmp_path / "out", splits=("train",), log=lambda s: None)
+    meta = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert meta["mix_manifest_sha256"] == ident

@@ -1,6 +1,6 @@
 """precompute_ngram (the n-gram side channel) equals a brute-force interpolated model over
 the allowed history, position for position; it is causal by chunks; val features use the
-train counts only; `tokenmill ngram features` writes the files of notes/NGRAM_FORMAT.md and
+train counts only; `tokenmill ngram features` writes the files of its module docstring and
 lists them in the mix manifest."""
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def _read_side(out, meta):
 
 
 def test_cli_features_side_channel(small_mix, tmp_path, capsys):
-    """`tokenmill ngram features` (train and val): the files of NGRAM_FORMAT.md with their
+    """`tokenmill ngram features` (train and val): the files of its module docstring with their
     sha256, listed in the mix manifest, whose identity sha256 does not change; the arrays
     equal precompute_ngram over the MixLoader stream (val: with the train stream as
     history)."""
@@ -286,3 +286,49 @@ def test_cli_features_side_channel(small_mix, tmp_path, capsys):
         np.testing.assert_array_equal(cand, np.where(want[0] < 0, 65535, want[0]))
         np.testing.assert_array_equal(logp, want[1].astype(np.float16))
     assert len(json.loads((outs["train"] / "ngram.json").read_text())["files"]) > 1
+
+
+def test_default_chunks_give_short_streams_features():
+    """At most 16 chunks, 1 Mi tokens where that makes 4-16, and at least 4 chunks, so a
+    stream under 1 Mi tokens still gets features after its first quarter."""
+    from tokenmill.ngram.ngramfeat import default_chunk_tokens
+
+    assert default_chunk_tokens(149_640) == 37_410  # 4 chunks
+    assert default_chunk_tokens(8_150_800) == 1 << 20  # 8 chunks (the quickstart mix)
+    assert default_chunk_tokens(100_000_000) == 6_250_000  # 16 chunks
+    assert default_chunk_tokens(0) == 1
+
+
+@pytest.mark.parametrize(("opts", "err"), [
+    (["--seq-len", "1000000"], "has no whole step of 1 x 1000001 tokens"),
+    (["--batch-size", "-1"], "expected an integer >= 1, not '-1'"),
+    (["--split", "val", "--chunk-tokens", "1000"], "--chunk-tokens applies to --split train"),
+    (["-o", "FILE"], "-o must be a folder, this is a file"),
+])
+@pytest.mark.parametrize("command", ["features", "lem"])
+def test_cli_bad_geometry_is_one_line_before_any_work(small_mix, tmp_path, capsys, command,
+                                                      opts, err):
+    """Impossible stream geometry or output folder: exit 2 with one line, nothing written
+    and nothing listed in the mix manifest."""
+    from tokenmill.cli import main
+
+    if command == "lem" and "--chunk-tokens" in opts:
+        return  # a features-only option
+    (tmp_path / "FILE").write_text("x")
+    opts = [str(tmp_path / "FILE") if o == "FILE" else o for o in opts]
+    out = ["-o", str(tmp_path / "side")] if "-o" not in opts else []
+    before = small_mix.read_bytes()
+    with pytest.raises(SystemExit) if "integer" in err else _no_raise():
+        code = main(["ngram", command, str(small_mix), *out, *opts])
+        assert code == 2
+    text = capsys.readouterr().err
+    assert err in text and "Traceback" not in text
+    assert not (tmp_path / "side").exists() and small_mix.read_bytes() == before
+
+
+class _no_raise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

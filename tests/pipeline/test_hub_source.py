@@ -200,11 +200,17 @@ except SourceError as e:
      "(splits: train)"),
     ("tokenmill-test/multi@main", ["config=fr", "split=train"], "'fr' not found"),
     (f"tokenmill-test/multi@{'f' * 40}", ["config=en"], "could not fetch"),
+    ("tokenmill-test/multi@main", ["split=validation"],
+     "ERR source 's': dataset tokenmill-test/multi@main config 'default': Config name is "
+     "missing. Please pick one among the available configs: ['en', 'de']"),
+    ("tokenmill-test/c4-sample@main", ["config=en"], "ERR source 's': dataset "
+     "tokenmill-test/c4-sample@main config 'en':"),
 ])
-def test_hub_config_split_errors(tmp_path, hf_config_cache, hub, fields, expect):
+def test_hub_config_split_errors(tmp_path, hf_cache, hf_config_cache, hub, fields, expect):
     """Unknown splits and configs are named with the ones there are; a pinned sha that is
     not the snapshot's commit is refused."""
-    cache, _, _ = hf_config_cache
+    cache, _, _ = hf_config_cache if "multi" in hub else (hf_cache, None, None)
     r = subprocess.run([sys.executable, "-c", _RESOLVE, hub, *fields], capture_output=True,
                        text=True, env=_env(tmp_path, cache))
     assert expect in r.stdout, r.stdout + r.stderr
+    assert r.stdout.count("\n") == 1, r.stdout  # one line, whatever datasets raised

@@ -1,6 +1,6 @@
 """The trainer's n-gram side input (issue 15.4): side-channel folders in the format of
-``/work/notes/NGRAM_FORMAT.md`` (``tokenmill ngram features``), made here by a small causal
-bigram stand-in for the producer, are read in lockstep with the loader (steps, ranks, files
+``tokenmill ngram features`` (tokenmill/ngram/ngramfeat_commands.py), made here by a small
+causal bigram stand-in for the producer, are read in lockstep with the loader (steps, ranks, files
 crossed), refused when made for another mix or geometry, and a tiny CPU run with them trains
 the gate and the scale and resumes exactly."""
 
@@ -203,6 +203,11 @@ def test_a_side_channel_of_another_mix_or_geometry_is_refused(mix, sides, tmp_pa
     err = _refusal(capsys, _cfg(mix, tmp_path / "f", ngram_features=str(other), **base),
                    tmp_path)
     assert str(f) in err and "sha256" in err
+    for bad in ([None], [{"start": 0, "tokens": "abc"}]):  # hand-edited entries
+        (other / "ngram.json").write_text(json.dumps({**meta, "files": bad}))
+        err = _refusal(capsys, _cfg(mix, tmp_path / "g", ngram_features=str(other), **base),
+                       tmp_path)
+        assert str(other / "ngram.json") in err and "files[0]" in err
 
 
 def test_cpu_run_with_ngram_features_trains_and_resumes(mix, sides, tmp_path):

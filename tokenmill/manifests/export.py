@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from tokenmill.atomic import atomic_write_text, sha256_file
-from tokenmill.manifests.mixschema import TrainingMixManifest
+from tokenmill.manifests.mixschema import TrainingMixManifest, mix_identity_sha256
 from tokenmill.manifests.schedule import MixDocuments, MixSchedule, load_documents
 from tokenmill.manifests.shards import VERSION_UINT16, version_for_vocab, write_shard
 from tokenmill.manifests.verify import open_shards
@@ -205,7 +205,8 @@ def export_modded_nanogpt(
         files += _write_split(out, split, 1 if split == "train" else 0, pieces, docs, names,
                               int(m.tokenizer.eot_token), shard_tokens, log)
     summary = {"format": "modded-nanogpt", "mix": m.name,
-               "mix_manifest_sha256": sha256_file(opened.manifest_path),
+               # the mix's identity: listing side channels in it changes nothing exported
+               "mix_manifest_sha256": mix_identity_sha256(opened.manifest_path),
                "loader": {"seq_len": seq_len, "batch_size": batch_size,
                           "remainder": remainder, "verified": verify},
                "tokenizer": m.tokenizer.model_dump(mode="json"), "files": files,

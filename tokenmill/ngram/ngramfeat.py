@@ -48,8 +48,12 @@ QUERY_POSITIONS = 1 << 20
 
 
 def default_chunk_tokens(n_tokens: int) -> int:
-    """``max(2**20, ceil(n_tokens / 16))``: at most 16 chunks, each at least 1 Mi tokens."""
-    return max(MIN_CHUNK_TOKENS, math.ceil(n_tokens / MAX_CHUNKS))
+    """``max(ceil(n / 16), min(2**20, ceil(n / 4)))``: at most 16 chunks (each chunk
+    rebuilds the counts of the stream before it), chunks of 1 Mi tokens where that gives
+    4-16 of them, and always at least 4 chunks, so that a short stream still gets features
+    past its first chunk."""
+    return max(1, math.ceil(n_tokens / MAX_CHUNKS),
+               min(MIN_CHUNK_TOKENS, math.ceil(n_tokens / 4)))
 
 
 def _as_stream(x, what: str, n_vocab: int) -> np.ndarray:

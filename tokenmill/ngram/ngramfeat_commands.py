@@ -6,7 +6,10 @@ For ``--split train`` the counts of a position in chunk ``c`` come from the stre
 the chunk; for ``--split val`` from the whole train stream of the same mix (same
 ``--seq-len``, ``--batch-size``, ``--remainder``), never from val tokens.
 
-Output (the format of ``notes/NGRAM_FORMAT.md``, read by the trainer), written atomically:
+Output (read by :class:`tokenmill.train.ngramside.NgramSideChannel`), written atomically,
+aligned position for position with the stream (row ``g`` of ``seq_len + 1`` tokens at
+``g * (seq_len + 1)``); position ``p``'s candidates predict stream token ``p + 1``, sorted by
+probability (ties: smaller id first):
 
 * ``ngram_cand_NNNNNN.npy``: ``[n, m]`` candidate next tokens, uint16 with 65,535 for
   "none" when the vocabulary has at most 65,535 ids, else int32 with -1;
@@ -31,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes
-from tokenmill.ngram.precompute_commands import mix_stream
+from tokenmill.ngram.precompute_commands import check_out_folder, mix_stream, positive_int
 
 
 def parse_orders(text: str) -> list[int]:
@@ -105,6 +108,10 @@ def _features(args: argparse.Namespace) -> int:
     from tokenmill.ngram.ngramfeat import default_chunk_tokens, feature_stats, precompute_ngram
 
     orders = parse_orders(args.orders)  # checked before any work
+    check_out_folder(args.out)
+    if args.split == "val" and args.chunk_tokens:
+        raise ValueError("--chunk-tokens applies to --split train only (validation counts "
+                         "come from the whole training stream)")
     kw = {"seq_len": args.seq_len, "batch_size": args.batch_size,
           "remainder": args.remainder, "verify": not args.no_verify}
     tokens, m, mpath = mix_stream(args.mix, split=args.split, **kw)
@@ -144,16 +151,6 @@ def _features(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {text!r}")
-    return v
-
-
 def _beta(text: str) -> float:
     try:
         v = float(text)
@@ -171,16 +168,17 @@ def add_features_command(nsub: argparse._SubParsersAction) -> None:
     p.add_argument("mix", help="training-mix manifest (tokenmill mix build)")
     p.add_argument("-o", "--out", required=True, help="output folder")
     p.add_argument("--split", default="train", choices=["train", "val"])
-    p.add_argument("--seq-len", type=int, default=2048, help="MixLoader seq_len (T)")
-    p.add_argument("--batch-size", type=int, default=1, help="MixLoader global rows per step")
+    p.add_argument("--seq-len", type=positive_int, default=2048, help="MixLoader seq_len (T)")
+    p.add_argument("--batch-size", type=positive_int, default=1,
+                   help="MixLoader global rows per step")
     p.add_argument("--remainder", default="carry", choices=["carry", "drop"])
-    p.add_argument("-m", type=_positive, default=8, help="candidates per position")
+    p.add_argument("-m", type=positive_int, default=8, help="candidates per position")
     p.add_argument("--orders", default="2-8", help="interpolated orders, e.g. 2-8 or 2,3,5")
     p.add_argument("--beta", type=_beta, default=1.0, help="interpolation prior")
-    p.add_argument("--chunk-tokens", type=_positive, default=None,
+    p.add_argument("--chunk-tokens", type=positive_int, default=None,
                    help="positions of chunk c use the counts of chunks < c (train split; "
                    "default max(2**20, tokens / 16))")
-    p.add_argument("--shard-tokens", type=_positive, default=100_000_000)
+    p.add_argument("--shard-tokens", type=positive_int, default=100_000_000)
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-chunk lines")
     p.set_defaults(func=_features)

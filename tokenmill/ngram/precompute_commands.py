@@ -61,12 +61,18 @@ def mix_stream(manifest: str | Path, *, split: str = "train", seq_len: int = 204
 
     if remainder not in ("carry", "drop"):
         raise ValueError(f"remainder must be 'carry' or 'drop', not {remainder!r}")
+    if seq_len < 1 or batch_size < 1:
+        raise ValueError(f"seq_len ({seq_len}) and batch_size ({batch_size}) must be >= 1")
     opened = open_shards(manifest, split, kind="training-mix", verify=verify)
     m = opened.manifest
     eot = int(m.tokenizer.eot_token)
     docs = load_documents(m, opened.root, split, verify=False)  # verified above
     sched = MixSchedule(m, docs, split, seq_len, batch_size, carry_all=remainder == "carry")
     steps = sched.num_steps()
+    if steps == 0:
+        raise ValueError(f"{opened.manifest_path}: the {split} split has no whole step of "
+                         f"{batch_size} x {seq_len + 1} tokens (make --seq-len or "
+                         "--batch-size smaller)")
     out = np.empty(steps * batch_size * (seq_len + 1), np.int32)
     o = 0
     for step in range(steps):
@@ -83,6 +89,29 @@ def mix_stream(manifest: str | Path, *, split: str = "train", seq_len: int = 204
         raise ValueError(f"{opened.manifest_path}: the schedule gave {o:,} tokens for "
                          f"{steps} steps of {batch_size} x {seq_len + 1}")
     return out, m, opened.manifest_path
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (else a usage error naming the value)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {text!r}")
+    return v
+
+
+def check_out_folder(out: str | Path) -> Path:
+    """The ``-o`` folder, refused before any work when it names an existing file.
+
+    Raises:
+        ValueError: one line naming the path.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: -o must be a folder, this is a file")
+    return out
 
 
 def _npy_bytes(a: np.ndarray) -> bytes:
@@ -133,6 +162,7 @@ def register_lem_side_channel(mix: Path, out: Path, split: str, files: list[dict
 def _lem(args: argparse.Namespace) -> int:
     from tokenmill.ngram.precompute import precompute_lem
 
+    check_out_folder(args.out)
     t0 = time.perf_counter()
     tokens, m, mpath = mix_stream(args.mix, split=args.split, seq_len=args.seq_len,
                                   batch_size=args.batch_size, remainder=args.remainder,
@@ -171,8 +201,9 @@ def add_lem_command(nsub: argparse._SubParsersAction) -> None:
     p.add_argument("mix", help="training-mix manifest (tokenmill mix build)")
     p.add_argument("-o", "--out", required=True, help="output folder")
     p.add_argument("--split", default="train", choices=["train", "val"])
-    p.add_argument("--seq-len", type=int, default=2048, help="MixLoader seq_len (T)")
-    p.add_argument("--batch-size", type=int, default=1, help="MixLoader global rows per step")
+    p.add_argument("--seq-len", type=positive_int, default=2048, help="MixLoader seq_len (T)")
+    p.add_argument("--batch-size", type=positive_int, default=1,
+                   help="MixLoader global rows per step")
     p.add_argument("--remainder", default="carry", choices=["carry", "drop"])
     p.add_argument("-k", type=int, default=4, help="candidate next tokens per position")
     p.add_argument("--window", type=int, default=4_000_000, help="visible history (0: all)")

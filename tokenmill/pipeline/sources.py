@@ -124,8 +124,13 @@ def _dataset_files(root: Path, src: SourceConfig) -> list[str]:
     split = src.split or "train"
     try:
         builder = datasets.load_dataset_builder(str(root), name=src.config)
-    except ValueError as e:  # unknown config: datasets names the available ones
-        raise SourceError(f"source {src.name!r}: {e}") from e
+    except (ValueError, OSError, datasets.exceptions.DatasetsError) as e:
+        # an unknown or missing config (datasets names the available ones), a config
+        # whose files match nothing, a snapshot without data files: one line, the usage
+        # example datasets appends (naming the snapshot folder as a dataset) left out
+        first = str(e).split("\nExample of usage", 1)[0]
+        raise SourceError(f"source {src.name!r}: dataset {src.hub} config "
+                          f"{src.config or 'default'!r}: {' '.join(first.split())}") from e
     files = builder.config.data_files or {}
     if split not in files:
         raise SourceError(f"source {src.name!r}: no split {split!r} in config "

@@ -118,11 +118,16 @@ class SideFiles:
         self.meta_path, self.err = meta_path, err
         self.arrays: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         starts, done = [], 0
-        for e in meta.get("files", []):
-            if int(e.get("start", -1)) != done:
-                raise err(f"{meta_path}: a file starts at position {e.get('start')}, the "
+        files = meta.get("files", [])
+        for i, e in enumerate(files if isinstance(files, list) else [None]):
+            try:  # a hand-edited entry: named, not a raw TypeError deep in the reader
+                start, n = int(e.get("start", -1)), int(e["tokens"])
+            except (AttributeError, KeyError, TypeError, ValueError):
+                raise err(f"{meta_path}: files[{i}] is not an entry with integer 'start' and "
+                          f"'tokens' ({e!r:.80})") from None
+            if start != done:
+                raise err(f"{meta_path}: a file starts at position {start}, the "
                           f"files before end at {done}")
-            n = int(e["tokens"])
             for key, (trail, kinds) in keys.items():
                 self.arrays[key].append(self._open(e, key, (n, *trail), kinds, verify))
             starts.append(done)
