@@ -26,11 +26,12 @@ run: setup
 	$(PY) -m tokenmill.cli tokenizer fetch gpt2
 	$(PY) -m tokenmill.cli run manifests/quickstart.yaml --fallback manifests/hub-sample.yaml
 
-# `make test` runs every test not marked slow on two pytest workers; `.ci/run` runs the
+# `make test` runs every test not marked slow on two pytest workers (work stealing: the
+# slowest files no longer end the run on one worker); `.ci/run` runs the
 # slow end-to-end ones too (`make test MARK=`).
 MARK ?= not slow
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "$(MARK)" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "$(MARK)" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check tokenmill tests benchmarks

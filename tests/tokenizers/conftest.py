@@ -77,7 +77,7 @@ def gpt2_table(gpt2_table_path):
 def cl100k_table(cl100k_corpus_pairs):
     """cl100k_base rows for every previous token seen in the corpora plus 2,000 random rows
     (a row-subset build keeps the suite fast; the benchmark builds the full table). Its
-    tests live in one file, so that one pytest-xdist worker (``--dist loadfile``) builds it."""
+    tests live in one file (with ``--dist worksteal`` each worker may still build it once)."""
     from tokenmill.tokenizers import get_encoding
     from tokenmill.tokenizers.legality import LegalityTable
 
