@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tokenmill.ngram.ngramfeat_commands import add_features_command
-from tokenmill.ngram.precompute_commands import add_lem_command
+from tokenmill.ngram.precompute_commands import add_lem_command, positive_int
 
 
 def _orders(text: str) -> list[int]:
@@ -32,16 +32,6 @@ def _orders(text: str) -> list[int]:
     if min(out) < 2 or max(out) > MAX_ORDER:
         raise ValueError(f"--orders {text!r}: orders must lie in 2..{MAX_ORDER}")
     return out
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, not {text!r}")
-    return v
 
 
 # --------------------------------------------------------------------------- token text
@@ -257,12 +247,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     lg = nsub.add_parser("longest", help="longest suffix of a text found in the index")
     lg.add_argument("index")
     lg.add_argument("text")
-    lg.add_argument("-k", type=_positive, default=5, help="next tokens to show")
+    lg.add_argument("-k", type=positive_int, default=5, help="next tokens to show")
     lg.set_defaults(func=_longest)
     pr = nsub.add_parser("prob", help="next-token probabilities of the counts model")
     pr.add_argument("index", help="index folder built with --counts")
     pr.add_argument("text", help="the context")
-    pr.add_argument("-k", type=_positive, default=10, help="next tokens to show")
+    pr.add_argument("-k", type=positive_int, default=10, help="next tokens to show")
     pr.set_defaults(func=_prob)
     pa = nsub.add_parser("pairs", help="count a manifest's adjacent token pairs (Ray); with "
                          "--table, check that none is marked impossible (legality check)")
@@ -271,7 +261,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     pa.add_argument("--split", default="all", choices=["train", "val", "all"])
     pa.add_argument("--top", type=int, default=10, help="most frequent pairs to show")
     pa.add_argument("--ray-address", default=None)
-    pa.add_argument("--num-cpus", type=_positive, default=2)
+    pa.add_argument("--num-cpus", type=positive_int, default=2)
     pa.add_argument("--no-verify", action="store_true",
                     help="do not check the shards' sha256 against the manifest")
     pa.set_defaults(func=_pairs)
