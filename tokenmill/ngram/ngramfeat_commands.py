@@ -34,7 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes
-from tokenmill.ngram.precompute_commands import check_out_folder, mix_stream, positive_int
+from tokenmill.ngram.precompute_commands import (
+    add_stream_arguments,
+    check_out_folder,
+    mix_stream,
+    positive_int,
+)
 
 
 def parse_orders(text: str) -> list[int]:
@@ -165,19 +170,13 @@ def add_features_command(nsub: argparse._SubParsersAction) -> None:
     """Register ``ngram features`` on the ``ngram`` subparsers."""
     p = nsub.add_parser("features", help="precompute the n-gram side channel of a training "
                         "mix (top-m candidates + log-probabilities per position)")
-    p.add_argument("mix", help="training-mix manifest (tokenmill mix build)")
-    p.add_argument("-o", "--out", required=True, help="output folder")
-    p.add_argument("--split", default="train", choices=["train", "val"])
-    p.add_argument("--seq-len", type=positive_int, default=2048, help="MixLoader seq_len (T)")
-    p.add_argument("--batch-size", type=positive_int, default=1,
-                   help="MixLoader global rows per step")
-    p.add_argument("--remainder", default="carry", choices=["carry", "drop"])
+    add_stream_arguments(p)
     p.add_argument("-m", type=positive_int, default=8, help="candidates per position")
     p.add_argument("--orders", default="2-8", help="interpolated orders, e.g. 2-8 or 2,3,5")
     p.add_argument("--beta", type=_beta, default=1.0, help="interpolation prior")
     p.add_argument("--chunk-tokens", type=positive_int, default=None,
                    help="positions of chunk c use the counts of chunks < c (train split; "
-                   "default max(2**20, tokens / 16))")
+                   "default max(tokens / 16, min(2**20, tokens / 4)))")
     p.add_argument("--shard-tokens", type=positive_int, default=100_000_000)
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-chunk lines")

@@ -195,9 +195,9 @@ def _lem(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_lem_command(nsub: argparse._SubParsersAction) -> None:
-    """Register ``ngram lem`` on the ``ngram`` subparsers."""
-    p = nsub.add_parser("lem", help="precompute the LEM side channel of a training mix")
+def add_stream_arguments(p: argparse.ArgumentParser) -> None:
+    """The options every side-channel command shares: the mix, ``-o`` and the MixLoader
+    stream's split and geometry (:func:`mix_stream`)."""
     p.add_argument("mix", help="training-mix manifest (tokenmill mix build)")
     p.add_argument("-o", "--out", required=True, help="output folder")
     p.add_argument("--split", default="train", choices=["train", "val"])
@@ -205,6 +205,12 @@ def add_lem_command(nsub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=1,
                    help="MixLoader global rows per step")
     p.add_argument("--remainder", default="carry", choices=["carry", "drop"])
+
+
+def add_lem_command(nsub: argparse._SubParsersAction) -> None:
+    """Register ``ngram lem`` on the ``ngram`` subparsers."""
+    p = nsub.add_parser("lem", help="precompute the LEM side channel of a training mix")
+    add_stream_arguments(p)
     p.add_argument("-k", type=int, default=4, help="candidate next tokens per position")
     p.add_argument("--window", type=int, default=4_000_000, help="visible history (0: all)")
     p.add_argument("--max-len", type=int, default=0, help="match length cap (0: none)")
