@@ -131,11 +131,17 @@ def test_real_corpora_equal_online(real_stream, window, max_len, k):
 
 
 def test_real_corpora_ray_workers(real_stream):
-    """Chunks as Ray tasks on 2 workers: the same arrays as in-process."""
+    """Chunks as Ray tasks on 2 workers: the same arrays as in-process, both when the
+    tasks send uint16 arrays (gpt2 ids) and when ids of 65,535 or more keep them int32."""
+    from tokenmill.raysession import ray_session
+
     x = real_stream[:200_000]
-    want = precompute_lem(x, k=4, window=1 << 16, eot=EOT)
-    got = precompute_lem(x, k=4, window=1 << 16, eot=EOT, workers=2)
-    assert_same(want, got, "2 Ray workers")
+    wide = np.where(x % 7 == 0, x + 70_000, x).astype(np.int32)  # ids past uint16
+    with ray_session(None, 2):
+        for stream, what in ((x, "gpt2 ids"), (wide, "ids >= 65,535")):
+            want = precompute_lem(stream, k=4, window=1 << 16, eot=EOT)
+            got = precompute_lem(stream, k=4, window=1 << 16, eot=EOT, workers=2)
+            assert_same(want, got, f"2 Ray workers, {what}")
 
 
 def assert_suffix_array(x: np.ndarray, sa: np.ndarray) -> None:

@@ -243,6 +243,21 @@ def _removals_run(out: Path) -> Path:
     return out
 
 
+@pytest.mark.parametrize("damage", [b"not parquet at all", None])
+def test_a_corrupt_quarantine_file_is_named_in_one_line(tmp_path, capsys, damage):
+    """A quarantine parquet that is not one (other bytes, or cut short): `tokenmill report`
+    exits 2 with one line naming the file, no traceback."""
+    from tokenmill.cli import main
+
+    out = _removals_run(tmp_path / "run")
+    qp = out / "quarantine" / "s.parquet"
+    qp.write_bytes(damage if damage is not None else qp.read_bytes()[:-40])
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"tokenmill: {qp}: unreadable quarantine parquet file (")
+
+
 def test_report_shows_examples_of_every_removal_reason(tmp_path):
     from tokenmill.pipeline import report
 

@@ -7,6 +7,7 @@ the online feed giving the same global features for any number of ranks.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,12 @@ import pytest
 import torch
 
 from tests.train.test_train import _cfg, sample_datamix
+from tokenmill.atomic import sha256_file
 from tokenmill.cli import main
 from tokenmill.manifests.mix import build_mix
 from tokenmill.ngram.lem import OnlineLEM
 from tokenmill.ngram.precompute import precompute_lem
+from tokenmill.ngram.precompute_commands import register_lem_side_channel
 from tokenmill.tokenizers import identity
 from tokenmill.train import train as T
 from tokenmill.train.batches import open_loader
@@ -25,6 +28,7 @@ from tokenmill.train.lemworkers import LEMWorkers
 from tokenmill.train.side import (
     LEMFeed,
     LEMSideChannel,
+    LEMSideChannelError,
     lem_for_validation,
     train_prefix,
 )
@@ -137,6 +141,38 @@ def test_a_side_channel_of_another_mix_or_geometry_is_refused(mix, side, tmp_pat
     np.save(f, a)
     err = _refusal(capsys, _cfg(mix, tmp_path / "d", lem_features=str(other), **base), tmp_path)
     assert str(f) in err and "sha256" in err
+
+
+def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, side, tmp_path):
+    """A side channel listed in the mix manifest is checked against that listing before
+    training: a file rewritten together with its sha256 in lem.json (which lem.json's own
+    check accepts) is refused naming lem.json; a file changed under an unchanged lem.json
+    is named with the mix manifest whose listing it differs from."""
+    copy = tmp_path / "lem"
+    shutil.copytree(side, copy)
+    text = (copy / "lem.json").read_text()
+    meta = json.loads(text)
+    register_lem_side_channel(mix, copy, "train", meta["files"])
+    try:
+        cfg = _cfg(mix, tmp_path / "run", seq_len=SEQ, batch_size=BATCH, steps=2, lem=True,
+                   lem_features=str(copy), val_every=0)
+        LEMSideChannel(copy, cfg, 0, 1)  # as listed: accepted
+        f = copy / meta["files"][0]["len"]
+        a = np.load(f)
+        a[0] ^= 1
+        np.save(f, a)
+        meta["files"][0]["len_sha256"] = sha256_file(f)
+        (copy / "lem.json").write_text(json.dumps(meta, indent=1) + "\n")
+        with pytest.raises(LEMSideChannelError) as e:
+            LEMSideChannel(copy, cfg, 0, 1)
+        assert str(e.value).startswith(f"{copy / 'lem.json'}: sha256 differs from its listing")
+        (copy / "lem.json").write_text(text)  # the listed bytes again
+        with pytest.raises(LEMSideChannelError) as e:
+            LEMSideChannel(copy, cfg, 0, 1)
+        assert str(e.value).startswith(f"{f}: sha256 differs") and str(mix) in str(e.value)
+    finally:  # the module's side channel is the listed one again
+        orig = json.loads((side / "lem.json").read_text())["files"]
+        register_lem_side_channel(mix, side, "train", orig)
 
 
 def test_validation_features_are_position_mode_over_train_history(mix, side):

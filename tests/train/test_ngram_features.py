@@ -7,6 +7,7 @@ the gate and the scale and resumes exactly."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -19,10 +20,15 @@ from tokenmill.atomic import sha256_file
 from tokenmill.cli import main
 from tokenmill.manifests.mix import build_mix
 from tokenmill.manifests.mixschema import mix_identity_sha256
+from tokenmill.ngram.ngramfeat_commands import register
 from tokenmill.tokenizers import identity
 from tokenmill.train import train as T
 from tokenmill.train.batches import open_loader, validation_set
-from tokenmill.train.ngramside import NgramSideChannel, ngram_for_validation
+from tokenmill.train.ngramside import (
+    NgramSideChannel,
+    NgramSideChannelError,
+    ngram_for_validation,
+)
 from tokenmill.train.side import train_prefix
 
 SEQ, BATCH, M, CHUNK = 32, 4, 4, 200
@@ -208,6 +214,38 @@ def test_a_side_channel_of_another_mix_or_geometry_is_refused(mix, sides, tmp_pa
         err = _refusal(capsys, _cfg(mix, tmp_path / "g", ngram_features=str(other), **base),
                        tmp_path)
         assert str(other / "ngram.json") in err and "files[0]" in err
+
+
+def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, sides, tmp_path):
+    """A side channel listed in the mix manifest is checked against that listing before
+    training: a file rewritten together with its sha256 in ngram.json is refused naming
+    ngram.json; a listed file that is gone is named (an unlisted folder keeps the
+    ngram.json checks alone: the other tests)."""
+    copy = tmp_path / "ngram"
+    shutil.copytree(sides[0], copy)
+    meta = json.loads((copy / "ngram.json").read_text())
+    register(mix, copy, "train", meta["files"])
+    cfg = _cfg(mix, tmp_path / "run", seq_len=SEQ, batch_size=BATCH, steps=2, val_every=0,
+               ngram_features=str(copy))
+    NgramSideChannel(copy, cfg, 0, 1)  # as listed: accepted
+    f = copy / meta["files"][0]["logp"]
+    listed_f = f.read_bytes()
+    a = np.load(f)
+    a[0, 0] = -1.5
+    np.save(f, a)
+    listed_meta = (copy / "ngram.json").read_text()
+    meta["files"][0]["logp_sha256"] = sha256_file(f)
+    (copy / "ngram.json").write_text(json.dumps(meta))
+    with pytest.raises(NgramSideChannelError) as e:
+        NgramSideChannel(copy, cfg, 0, 1)
+    assert str(e.value).startswith(f"{copy / 'ngram.json'}: sha256 differs from its listing")
+    (copy / "ngram.json").write_text(listed_meta)  # the listed bytes again
+    f.write_bytes(listed_f)
+    g = copy / meta["files"][-1]["cand"]
+    g.unlink()
+    with pytest.raises(NgramSideChannelError) as e:
+        NgramSideChannel(copy, cfg, 0, 1)
+    assert str(e.value).startswith(f"{g}: missing (listed in {mix})")
 
 
 def test_cpu_run_with_ngram_features_trains_and_resumes(mix, sides, tmp_path):

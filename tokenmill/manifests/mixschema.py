@@ -13,20 +13,34 @@ file. A side channel binds to the mix by :func:`mix_identity_sha256`, the sha256
 manifest without its ``side_channels`` (the bytes ``mix build`` wrote), so listing one does
 not invalidate the others. The key is absent when the list is empty, so a mix without side
 channels keeps the bytes it always had.
+
+A consumer opening a side channel the mix lists checks it against the listing first
+(:func:`verify_listed_side_channel`): the metadata file's and every array file's sha256 and
+the side channel's mix identity. :func:`register_side_channel` holds an exclusive
+``fcntl.flock`` on a lock file beside the manifest (``.NAME.lock``) across its
+read-modify-write, so concurrent registrations (the train and val runs of ``tokenmill ngram
+lem``) never lose a listing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tokenmill.atomic import atomic_write_text, sha256_bytes
+from tokenmill.atomic import atomic_write_text, sha256_bytes, sha256_file
 from tokenmill.manifests.schema import load_manifest_as
 from tokenmill.tokenizers import TokenizerIdentity
+
+try:  # POSIX; elsewhere registrations are not serialized
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 MIX_SCHEMA_VERSION = 1
 MIX_KIND = "training-mix"
@@ -149,14 +163,97 @@ def mix_identity_sha256(path: str | os.PathLike) -> str:
     return sha256_bytes(m.model_copy(update={"side_channels": []}).to_json().encode())
 
 
+@contextlib.contextmanager
+def _manifest_lock(mix_path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``.NAME.lock`` beside the manifest (module docstring).
+    The lock file is left in place: removing it would let a waiting process lock a file
+    that no longer has the name a newcomer opens."""
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    lock = mix_path.parent / f".{mix_path.name}.lock"
+    with open(lock, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def register_side_channel(mix_path: str | os.PathLike, ref: SideChannelRef) -> Path:
     """List ``ref`` in the mix manifest at ``mix_path`` (replacing an entry of the same kind
-    and split) and rewrite it atomically; entries are kept sorted by (kind, split).
+    and split) and rewrite it atomically; entries are kept sorted by (kind, split). The
+    read-modify-write holds an exclusive lock (module docstring), so concurrent
+    registrations of different channels are all kept.
 
     Raises:
         as :func:`load_mix_manifest`.
     """
+    mix_path = Path(mix_path)
+    load_mix_manifest(mix_path)  # a missing or invalid manifest is named before any lock file
+    with _manifest_lock(mix_path):
+        m = load_mix_manifest(mix_path)
+        keep = [r for r in m.side_channels if (r.kind, r.split) != (ref.kind, ref.split)]
+        listed = sorted([*keep, ref], key=lambda r: (r.kind, r.split))
+        return m.model_copy(update={"side_channels": listed}).write(mix_path)
+
+
+class SideChannelListingError(ValueError):
+    """A side channel the mix manifest lists whose bytes are not the listed ones (one line
+    naming the file)."""
+
+
+def verify_listed_side_channel(mix_path: str | os.PathLike, meta_path: str | os.PathLike,
+                               *, hash_files: bool = True) -> dict[str, str] | None:
+    """Check the side channel whose metadata file is ``meta_path`` against the mix
+    manifest's listing of it, if the mix lists it (an entry whose ``path``, relative to the
+    manifest's folder, is ``meta_path``): the metadata file's sha256, its ``mix_sha256``
+    against :func:`mix_identity_sha256`, and every listed array file's presence and
+    (``hash_files``) sha256.
+
+    Returns:
+        ``None`` when the mix does not list the side channel (nothing checked), else the
+        array files checked, ``{resolved path: sha256}`` (empty with ``hash_files=False``),
+        so a reader need not hash them again.
+
+    Raises:
+        SideChannelListingError: one line naming the file that is missing or whose bytes
+            differ, or ``meta_path`` when made for another mix.
+        as :func:`load_mix_manifest`.
+    """
+    mix_path, meta_path = Path(mix_path), Path(meta_path)
     m = load_mix_manifest(mix_path)
-    keep = [r for r in m.side_channels if (r.kind, r.split) != (ref.kind, ref.split)]
-    listed = sorted([*keep, ref], key=lambda r: (r.kind, r.split))
-    return m.model_copy(update={"side_channels": listed}).write(mix_path)
+    base = mix_path.resolve().parent
+    target = meta_path.resolve()
+    ref = next((r for r in m.side_channels if (base / r.path).resolve() == target), None)
+    if ref is None:
+        return None
+    err = SideChannelListingError
+    if not meta_path.is_file():
+        raise err(f"{meta_path}: missing (listed in {mix_path})")
+    if sha256_file(meta_path) != ref.sha256:
+        raise err(f"{meta_path}: sha256 differs from its listing in {mix_path} (the side "
+                  "channel changed after it was registered)")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise err(f"{meta_path}: not JSON ({e})") from None
+    identity = mix_identity_sha256(mix_path)
+    if not isinstance(meta, dict) or meta.get("mix_sha256") != identity:
+        got = meta.get("mix_sha256") if isinstance(meta, dict) else None
+        raise err(f"{meta_path}: made for the mix identity sha256 {str(got)[:12]}, "
+                  f"{mix_path} has {identity[:12]}")
+    checked: dict[str, str] = {}
+    folder = meta_path.parent.resolve()
+    for f in ref.files:
+        p = (base / f.path).resolve()
+        # named as the reader knows it: beside the metadata file it opened
+        p = meta_path.parent / p.relative_to(folder) if p.is_relative_to(folder) else p
+        if not p.is_file():
+            raise err(f"{p}: missing (listed in {mix_path})")
+        if hash_files:
+            if sha256_file(p) != f.sha256:
+                raise err(f"{p}: sha256 differs from its listing in {mix_path} (the file "
+                          "changed after the side channel was registered)")
+            checked[str(p.resolve())] = f.sha256
+    return checked

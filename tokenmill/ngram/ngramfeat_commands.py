@@ -17,6 +17,10 @@ probability (ties: smaller id first):
 * ``ngram.json``: the settings, the mix's identity sha256, the stream's sha256 and every
   file with its tokens and sha256.
 
+A re-run into the same folder leaves exactly its own files (shards of an earlier run that
+this one did not write are removed once ``ngram.json`` is written:
+:func:`tokenmill.ngram.precompute_commands.remove_stale_shards`).
+
 The side channel is then listed in the mix manifest
 (:func:`tokenmill.manifests.mixschema.register_side_channel`).
 """
@@ -39,6 +43,7 @@ from tokenmill.ngram.precompute_commands import (
     check_out_folder,
     mix_stream,
     positive_int,
+    remove_stale_shards,
 )
 
 
@@ -145,6 +150,7 @@ def _features(args: argparse.Namespace) -> int:
             "tokens": int(tokens.size),
             "stream_sha256": sha256_bytes(tokens.astype("<i4").tobytes()), "files": files}
     atomic_write_text(out / "ngram.json", json.dumps(meta, indent=1) + "\n")
+    remove_stale_shards(out, ("ngram_cand_*.npy", "ngram_logp_*.npy"), files, ("cand", "logp"))
     register(mpath, out, args.split, files)
     nbytes = sum((out / f[k]).stat().st_size for f in files for k in ("cand", "logp"))
     st = feature_stats(tokens, cand)

@@ -18,6 +18,10 @@ Output, aligned position for position with that stream, in shards of ``--shard-t
   side-channel listing), and every file with its tokens and sha256 (all written
   atomically).
 
+A re-run into the same folder leaves exactly its own files: shards of an earlier run that
+this one did not write (it had more of them) are removed once ``lem.json`` is written
+(:func:`remove_stale_shards`).
+
 The side channel is then listed in the mix manifest (``side_channels``: kind
 ``lem-side-channel``, the split, ``lem.json`` and every ``.npy`` file by their paths
 relative to the manifest's folder, with sha256), replacing an earlier listing of the same
@@ -114,6 +118,25 @@ def check_out_folder(out: str | Path) -> Path:
     return out
 
 
+def remove_stale_shards(out: Path, patterns: tuple[str, ...], files: list[dict],
+                        keys: tuple[str, ...]) -> list[Path]:
+    """Remove the files of ``out`` matching one of the glob ``patterns`` (a side channel's
+    shard names, e.g. ``lem_len_*.npy``) that are not among this run's ``files`` (their
+    ``keys`` entries): the extra shards an earlier run with more of them left behind.
+    Called after the new metadata file is written, so a crash before leaves the old
+    side channel whole and one after leaves the new one whole.
+
+    Returns:
+        the files removed, sorted.
+    """
+    keep = {str(f[k]) for f in files for k in keys}
+    stale = sorted({p for pat in patterns for p in out.glob(pat)
+                    if p.is_file() and p.name not in keep})
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
 def _npy_bytes(a: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, a, allow_pickle=False)
@@ -186,6 +209,7 @@ def _lem(args: argparse.Namespace) -> int:
             "eot": int(m.tokenizer.eot_token), "tokens": int(tokens.size),
             "stream_sha256": sha256_bytes(tokens.astype("<i4").tobytes()), "files": files}
     atomic_write_text(out / "lem.json", json.dumps(meta, indent=1) + "\n")
+    remove_stale_shards(out, ("lem_len_*.npy", "lem_next_*.npy"), files, ("len", "next"))
     register_lem_side_channel(mpath, out, args.split, files)
     secs = t2 - t1
     print(f"LEM side channel -> {out}: {tokens.size:,} tokens, {len(files)} shards, "

@@ -112,6 +112,11 @@ class SourceConfig(_Model):
             raise ValueError(f"source name {self.name!r}: letters, digits, '.', '_', '-' only")
         if self.hub is None and (self.config is not None or self.split is not None):
             raise ValueError(f"source {self.name!r}: 'config' and 'split' need a 'hub' source")
+        for key in ("config", "split"):  # "" would read as the default (train), silently
+            value = getattr(self, key)
+            if value is not None and not value.strip():
+                raise ValueError(f"source {self.name!r}: {key} is empty; name one (e.g. "
+                                 f"{'train' if key == 'split' else 'en'}) or leave it out")
         return self
 
     @model_serializer(mode="wrap")

@@ -178,6 +178,28 @@ _QUARANTINE_COLUMNS = ("key", "source", "stage", "reason", "text", "raw", "dupli
                        "detail")
 
 
+class ReportInputError(ValueError):
+    """A file the report reads (a quarantine or sidecar parquet) that cannot be read (one
+    line naming the file)."""
+
+
+def _read_parquet_columns(p: Path, columns: tuple[str, ...], what: str):
+    """The ``columns`` of parquet file ``p`` that it has (a ``pyarrow.Table``).
+
+    Raises:
+        ReportInputError: ``p`` is not a readable parquet file (one line naming it).
+    """
+    import pyarrow as pa
+
+    try:
+        f = pq.ParquetFile(p)  # (pq.read_table's first call imports pyarrow.dataset)
+        names = set(f.schema_arrow.names)
+        return f.read(columns=[c for c in columns if c in names])
+    except (pa.ArrowException, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ReportInputError(f"{p}: unreadable {what} parquet file ({first})") from None
+
+
 def _read_quarantine(out: Path, manifest: DatamixManifest):
     """The manifest's quarantine files, concatenated (only the columns the report uses),
     or None when there is none."""
@@ -187,9 +209,7 @@ def _read_quarantine(out: Path, manifest: DatamixManifest):
     for q in manifest.quarantine:
         p = out / q.path
         if p.is_file():
-            f = pq.ParquetFile(p)  # (pq.read_table's first call imports pyarrow.dataset)
-            names = set(f.schema_arrow.names)
-            tables.append(f.read(columns=[c for c in _QUARANTINE_COLUMNS if c in names]))
+            tables.append(_read_parquet_columns(p, _QUARANTINE_COLUMNS, "quarantine"))
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="default")
@@ -206,9 +226,7 @@ def _read_sidecars(out: Path, manifest: DatamixManifest) -> dict[str, dict[str, 
             p = sidecar_path(out / sh.path)
             if not p.is_file():
                 continue
-            f = pq.ParquetFile(p)
-            names = set(f.schema_arrow.names)
-            t = f.read(columns=[c for c in ("n_tokens", "language") if c in names])
+            t = _read_parquet_columns(p, ("n_tokens", "language"), "sidecar")
             d["n_tokens"] += t.column("n_tokens").to_pylist()
             if "language" in t.column_names:
                 d["language"] += t.column("language").to_pylist()
@@ -457,6 +475,8 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
     Raises:
         FileNotFoundError: no ``manifest.json`` in ``output_dir``.
         ValueError: the manifest does not validate (see :func:`load_manifest`).
+        ReportInputError: (a ``ValueError``) a quarantine or sidecar parquet file that
+            cannot be read (one line naming the file).
     """
     out = Path(output_dir)
     if out.is_file():  # the manifest.json itself, as `tokenmill manifest ...` accepts

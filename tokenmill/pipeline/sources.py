@@ -3,8 +3,9 @@
 A source is a folder laid out like a Hugging Face dataset repository (a ``README.md``
 dataset card whose YAML front matter gives ``license``, data files below it), either
 local or fetched from the Hub with ``huggingface_hub.snapshot_download`` at a pinned
-revision (the resolved commit sha is recorded; a revision given as a 40-hex sha must
-be the snapshot's). A Hub source may name a dataset ``config`` and ``split``: then
+revision (the resolved commit sha is recorded; a revision given as a 40-hex sha, in
+either case, is a commit sha: read as lower case, as the Hub writes them, and it must be
+the snapshot's). A Hub source may name a dataset ``config`` and ``split``: then
 ``datasets`` resolves which data files of the snapshot hold them (the card's
 ``configs:`` YAML, else the file layout), and those are read. Hub downloads honour the usual
 ``HF_HOME`` / ``HF_HUB_CACHE`` / ``HF_HUB_OFFLINE`` settings, so an offline machine with
@@ -91,11 +92,14 @@ _SHA = re.compile(r"[0-9a-f]{40}")
 
 def _snapshot(src: SourceConfig) -> tuple[Path, str]:
     """Download (or find in the cache) the source's Hub snapshot; returns its folder and
-    commit sha. Raises ``ValueError`` when the datamix pins a 40-hex sha and the
-    snapshot is another commit."""
+    commit sha. A 40-hex revision is a commit sha in either case (lower-cased before the
+    download and the comparison). Raises ``ValueError`` when the datamix pins a 40-hex
+    sha and the snapshot is another commit."""
     from huggingface_hub import snapshot_download
 
     repo_id, _, revision = src.hub.partition("@")
+    if _SHA.fullmatch(revision.lower()):
+        revision = revision.lower()  # commit shas are lower case on the Hub and in its cache
     patterns = None
     if src.allow_patterns:
         patterns = [_CARD, *src.allow_patterns]

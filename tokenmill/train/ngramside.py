@@ -32,7 +32,7 @@ from tokenmill.manifests.mixschema import mix_identity_sha256
 from tokenmill.manifests.verify import manifest_file
 from tokenmill.train.batches import data_kind, data_tokenizer
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.side import train_prefix
+from tokenmill.train.side import check_mix_listing, train_prefix
 
 NGRAM_META = "ngram.json"
 NGRAM_KIND = "ngram-side-channel"
@@ -110,12 +110,14 @@ class SideFiles:
 
     Raises (at construction):
         err: a file missing, not ``.npy``, of the wrong shape or dtype, not contiguous with
-            the previous one, or (``verify``) with a sha256 other than the metadata's.
+            the previous one, or (``verify``) with a sha256 other than the metadata's
+            (``checked``: ``{resolved path: sha256}`` already hashed, not hashed again).
     """
 
     def __init__(self, meta_path: Path, meta: dict, keys: dict[str, tuple[tuple, str]],
-                 verify: bool, err: type[ValueError]) -> None:
-        self.meta_path, self.err = meta_path, err
+                 verify: bool, err: type[ValueError],
+                 checked: dict[str, str] | None = None) -> None:
+        self.meta_path, self.err, self.checked = meta_path, err, checked or {}
         self.arrays: dict[str, list[np.ndarray]] = {k: [] for k in keys}
         starts, done = [], 0
         files = meta.get("files", [])
@@ -144,7 +146,8 @@ class SideFiles:
         f = root / str(e.get(key))
         if not f.is_file():
             raise self.err(f"{f}: missing (listed in {self.meta_path})")
-        if verify and sha256_file(f) != e.get(f"{key}_sha256"):
+        want = e.get(f"{key}_sha256")
+        if verify and self.checked.get(str(f.resolve())) != want and sha256_file(f) != want:
             raise self.err(f"{f}: sha256 differs from {self.meta_path} (the file changed "
                            "after it was written)")
         try:
@@ -195,7 +198,9 @@ def open_ngram_files(folder: str | Path, cfg: TrainConfig, *, split: str,
 
     Raises:
         NgramSideChannelError: see :func:`check_stream_binding` and :class:`SideFiles`; an
-            ``m`` below the run's ``ngram_m``.
+            ``m`` below the run's ``ngram_m``; when the mix manifest lists the side channel,
+            a file differing from that listing
+            (:func:`tokenmill.train.side.check_mix_listing`).
     """
     err = NgramSideChannelError
     option = "ngram_features" if split == "train" else "ngram_val_features"
@@ -206,8 +211,9 @@ def open_ngram_files(folder: str | Path, cfg: TrainConfig, *, split: str,
     if not isinstance(fm, int) or fm < 1 or (cfg.ngram_m is not None and fm < cfg.ngram_m):
         raise err(f"{meta_path}: m is {fm!r}, the run's ngram_m is {cfg.ngram_m}")
     m = cfg.ngram_m or fm
+    checked = check_mix_listing(meta_path, cfg, verify, err)
     files = SideFiles(meta_path, meta, {"cand": ((fm,), "iu"), "logp": ((fm,), "f")},
-                      verify, err)
+                      verify, err, checked)
     return meta_path, meta, files, m
 
 

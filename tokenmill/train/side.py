@@ -26,7 +26,11 @@ import numpy as np
 import torch
 
 from tokenmill.atomic import sha256_file
-from tokenmill.manifests.mixschema import mix_identity_sha256
+from tokenmill.manifests.mixschema import (
+    SideChannelListingError,
+    mix_identity_sha256,
+    verify_listed_side_channel,
+)
 from tokenmill.manifests.verify import manifest_file
 from tokenmill.ngram.precompute import precompute_lem
 from tokenmill.ngram.stream import LEMStream
@@ -220,6 +224,28 @@ def check_side_channel(meta_path: Path, meta: dict, cfg: TrainConfig, world: int
                                   f"lem_window is {cfg.lem_window}")
 
 
+def check_mix_listing(meta_path: Path, cfg: TrainConfig, verify: bool,
+                      err: type[ValueError]) -> dict[str, str]:
+    """Check a side channel the run's mix manifest lists against that listing
+    (:func:`tokenmill.manifests.mixschema.verify_listed_side_channel`: metadata and array
+    files' sha256, the mix identity; the array files are hashed only with ``verify``). A side
+    channel the mix does not list is left to the reader's own checks.
+
+    Returns:
+        ``{resolved path: sha256}`` of the array files hashed here (empty if none), so the
+        reader need not hash them again.
+
+    Raises:
+        err: one line naming the file that is missing or differs from the listing.
+    """
+    try:
+        checked = verify_listed_side_channel(manifest_file(cfg.data), meta_path,
+                                             hash_files=verify)
+    except SideChannelListingError as e:
+        raise err(str(e)) from None
+    return checked or {}
+
+
 class LEMSideChannel:
     """Precomputed LEM features (``tokenmill ngram lem``) read in lockstep with the tokens.
 
@@ -240,20 +266,23 @@ class LEMSideChannel:
     Raises (at construction):
         LEMSideChannelError: see :func:`check_side_channel`; a file missing, of the wrong
             shape, not contiguous with the previous one, with a sha256 other than
-            ``lem.json``'s (``verify``), or a stream shorter than the run's steps.
+            ``lem.json``'s (``verify``), or a stream shorter than the run's steps; when
+            the mix manifest lists the side channel, any file differing from that listing
+            (:func:`check_mix_listing`).
     """
 
     def __init__(self, folder: str | Path, cfg: TrainConfig, rank: int, world: int,
                  verify: bool = True) -> None:
         meta_path, meta = _side_meta(folder)
         check_side_channel(meta_path, meta, cfg, world)
+        checked = check_mix_listing(meta_path, cfg, verify, LEMSideChannelError)
         self.meta, self.k = meta, cfg.lem_k
         self.T, self.B, self.rank = cfg.seq_len, cfg.batch_size, rank
         self.Bg = cfg.batch_size * world
         self.lens, self.nexts, starts = [], [], []
         for e in meta.get("files", []):
             done = sum(a.size for a in self.lens)
-            ml, nt = self._open(meta_path.parent, e, int(meta["k"]), done, verify)
+            ml, nt = self._open(meta_path.parent, e, int(meta["k"]), done, verify, checked)
             starts.append(int(e["start"]))
             self.lens.append(ml)
             self.nexts.append(nt)
@@ -267,8 +296,8 @@ class LEMSideChannel:
         self.step = 0
 
     @staticmethod
-    def _open(root: Path, e: dict, k: int, start: int, verify: bool
-              ) -> tuple[np.ndarray, np.ndarray]:
+    def _open(root: Path, e: dict, k: int, start: int, verify: bool,
+              checked: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         if int(e.get("start", -1)) != start:
             raise LEMSideChannelError(f"{root / str(e.get('len'))}: starts at position "
                                       f"{e.get('start')}, the files before end at {start}")
@@ -277,7 +306,8 @@ class LEMSideChannel:
             f = root / e[key]
             if not f.is_file():
                 raise LEMSideChannelError(f"{f}: missing (listed in {root / 'lem.json'})")
-            if verify and sha256_file(f) != e[f"{key}_sha256"]:
+            want = e[f"{key}_sha256"]
+            if verify and checked.get(str(f.resolve())) != want and sha256_file(f) != want:
                 raise LEMSideChannelError(f"{f}: sha256 differs from {root / 'lem.json'} (the "
                                           "file changed after `tokenmill ngram lem` wrote it)")
             try:
