@@ -122,3 +122,20 @@ def test_concurrent_registrations_are_all_listed(tmp_path):
         assert not errors
         listed = [(r.kind, r.split) for r in load_mix_manifest(mix).side_channels]
         assert listed == keys
+
+
+def test_a_folder_reused_for_another_split_checks_the_entry_that_wrote_it(tmp_path):
+    """train then val written into one folder: the mix lists its path twice, the stale
+    train entry first; the val side channel now there is checked against its own entry
+    (matched by the metadata file's sha256), not refused as changed."""
+    mix = _mix(tmp_path / "m")
+    side = _side(mix, "lem")  # listed as train
+    meta = json.loads((side / "lem.json").read_text())
+    (side / "lem.json").write_text(json.dumps({**meta, "split": "val"}))
+    register_side_channel(mix, SideChannelRef(
+        kind="lem-side-channel", split="val", path="lem/lem.json",
+        sha256=sha256_file(side / "lem.json"),
+        files=[SideChannelFile(path=f"lem/{p.name}", sha256=sha256_file(p))
+               for p in sorted(side.glob("*.npy"))]))
+    assert [r.split for r in load_mix_manifest(mix).side_channels] == ["train", "val"]
+    assert len(verify_listed_side_channel(mix, side / "lem.json")) == 2

@@ -292,3 +292,19 @@ def test_producer_output_trains_and_validation_features_agree(mix, tmp_path):
     assert c1.shape == (val.shape[0], SEQ, M) and (c1 >= 0).mean() > 0.2
     assert np.array_equal(c1, c2) and np.allclose(lp1, lp2, atol=1e-2)  # float16 on disk
     assert np.all(lp2[c2 < 0] == 0) and np.all(lp2 <= 0)
+
+
+def test_an_entry_without_its_sha256_is_refused_when_verifying(tmp_path):
+    """``verify`` with an entry that lists no sha256 for a file: refused, one line naming
+    the metadata file (not accepted unhashed)."""
+    from tokenmill.train.ngramside import SideFiles
+
+    np.save(tmp_path / "c.npy", np.zeros((3, 2), np.int32))
+    np.save(tmp_path / "l.npy", np.zeros((3, 2), np.float16))
+    meta = {"files": [{"start": 0, "tokens": 3, "cand": "c.npy", "logp": "l.npy"}]}
+    keys = {"cand": ((2,), "iu"), "logp": ((2,), "f")}
+    with pytest.raises(NgramSideChannelError, match="has no cand_sha256") as e:
+        SideFiles(tmp_path / "ngram.json", meta, keys, True, NgramSideChannelError)
+    assert "\n" not in str(e.value)
+    assert SideFiles(tmp_path / "ngram.json", meta, keys, False,
+                     NgramSideChannelError).positions == 3

@@ -225,9 +225,15 @@ def verify_listed_side_channel(mix_path: str | os.PathLike, meta_path: str | os.
     m = load_mix_manifest(mix_path)
     base = mix_path.resolve().parent
     target = meta_path.resolve()
-    ref = next((r for r in m.side_channels if (base / r.path).resolve() == target), None)
-    if ref is None:
+    # a folder reused for another split lists one path twice: the entry whose sha256 is
+    # the metadata file's is the one that wrote it
+    refs = [r for r in m.side_channels if (base / r.path).resolve() == target]
+    if not refs:
         return None
+    ref = refs[0]
+    if len(refs) > 1 and meta_path.is_file():
+        digest = sha256_file(meta_path)
+        ref = next((r for r in refs if r.sha256 == digest), refs[0])
     err = SideChannelListingError
     if not meta_path.is_file():
         raise err(f"{meta_path}: missing (listed in {mix_path})")

@@ -123,8 +123,9 @@ def remove_stale_shards(out: Path, patterns: tuple[str, ...], files: list[dict],
     """Remove the files of ``out`` matching one of the glob ``patterns`` (a side channel's
     shard names, e.g. ``lem_len_*.npy``) that are not among this run's ``files`` (their
     ``keys`` entries): the extra shards an earlier run with more of them left behind.
-    Called after the new metadata file is written, so a crash before leaves the old
-    side channel whole and one after leaves the new one whole.
+    Called after the new metadata file is written (the new shards overwrite the old ones
+    in place before it, so a crash in between leaves shards the old metadata's sha256
+    refuses), so the listing and the folder agree once this returns.
 
     Returns:
         the files removed, sorted.

@@ -147,6 +147,8 @@ class SideFiles:
         if not f.is_file():
             raise self.err(f"{f}: missing (listed in {self.meta_path})")
         want = e.get(f"{key}_sha256")
+        if verify and not isinstance(want, str):
+            raise self.err(f"{self.meta_path}: entry for {f.name} has no {key}_sha256")
         if verify and self.checked.get(str(f.resolve())) != want and sha256_file(f) != want:
             raise self.err(f"{f}: sha256 differs from {self.meta_path} (the file changed "
                            "after it was written)")
