@@ -173,6 +173,16 @@ def test_suffix_array_paths_sort_the_suffixes(vocab, expect):
     if coded is not None:
         assert (coded[1] == 256) == (expect == "one byte")
     assert_suffix_array(x if coded is None else coded[0][x], suffix_array(x))
+    # the fused path (token-start filter in the rank pass, uint16 text in the LCP pass)
+    sa, rank, lcp = P._sa_rank_lcp(x)
+    assert np.array_equal(sa, suffix_array(x))
+    assert np.array_equal(rank[sa], np.arange(x.size))
+    assert lcp[0] == 0
+    for r in np.random.default_rng(1).integers(1, x.size, 2000).tolist():
+        a, b = sa[r - 1], sa[r]
+        n = min(x.size - a, x.size - b)
+        diff = np.flatnonzero(x[a:a + n] != x[b:b + n])
+        assert lcp[r] == (diff[0] if diff.size else n), r
 
 
 def test_large_ids_and_many_distinct_ids_equal_online():

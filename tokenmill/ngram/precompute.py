@@ -163,20 +163,42 @@ def suffix_array(text: np.ndarray) -> np.ndarray:
 
 
 @nb.njit(cache=True)
-def _rank_lcp(text, sa):
-    """Inverse suffix array and LCP (``lcp[r]`` = common prefix of suffixes ``sa[r - 1]``
-    and ``sa[r]``; ``lcp[0] = 0``), int32[n] each, by the Φ algorithm (Kärkkäinen, Manzini
-    & Puglisi 2009, "Permuted longest-common-prefix array"): the permuted LCP in text
-    order, then permuted into rank order (fewer dependent cache misses than Kasai)."""
-    n = text.size
-    rank = np.empty(n, np.int32)
-    phi = np.empty(n, np.int32)  # the suffix just before p in the suffix array
+def _rank_phi(sa, n, rank, phi):
+    """Fill ``rank`` (the inverse suffix array) and ``phi`` (``phi[p]``: the suffix just
+    before p in the suffix array, -1 for the first), int32[n] each, from ``sa`` (the
+    token suffix array, or the byte suffix array when ``sa.size > n``: its token-start
+    suffixes, ``start[v] >= 0``, see :func:`_rank_phi_bytes`)."""
     prev = -1
     for r in range(n):
         p = sa[r]
         rank[p] = r
         phi[p] = prev
         prev = p
+
+
+@nb.njit(cache=True)
+def _rank_phi_bytes(byte_sa, start, n, sa, rank, phi):
+    """:func:`_token_suffixes` and :func:`_rank_phi` in one pass over the byte suffix
+    array: ``sa``, ``rank`` and ``phi`` (int32[n] each) filled."""
+    prev = -1
+    r = 0
+    for v in byte_sa:
+        p = start[v]
+        if p >= 0:
+            sa[r] = p
+            rank[p] = r
+            phi[p] = prev
+            prev = p
+            r += 1
+
+
+@nb.njit(cache=True)
+def _lcp_from_phi(text, sa, phi):
+    """LCP array (``lcp[r]`` = common prefix of suffixes ``sa[r - 1]`` and ``sa[r]``;
+    ``lcp[0] = 0``; int32[n]) by the Φ algorithm (Kärkkäinen, Manzini & Puglisi 2009,
+    "Permuted longest-common-prefix array"): the permuted LCP in text order, in place of
+    ``phi``, then permuted into rank order (fewer dependent cache misses than Kasai)."""
+    n = text.size
     h = 0
     for p in range(n):  # phi becomes the permuted LCP in place
         q = phi[p]
@@ -194,7 +216,46 @@ def _rank_lcp(text, sa):
         lcp[r] = phi[sa[r]]
     if n:
         lcp[0] = 0
-    return rank, lcp
+    return lcp
+
+
+def _rank_lcp(text: np.ndarray, sa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse suffix array and LCP array (int32[n] each) of ``text`` and its suffix
+    array ``sa`` (:func:`_lcp_from_phi`)."""
+    n = text.size
+    rank = np.empty(n, np.int32)
+    phi = np.empty(n, np.int32)
+    _rank_phi(sa, n, rank, phi)
+    return rank, _lcp_from_phi(text, sa, phi)
+
+
+def _sa_rank_lcp(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Suffix array, inverse suffix array and LCP array (int32[n] each) of int32
+    ``text``: :func:`suffix_array` with its token-start filter fused into the first
+    pass of :func:`_rank_lcp`. The LCP pass compares a uint16 copy of the text when the
+    ids fit (half the memory for its random reads)."""
+    from pydivsufsort import divsufsort
+
+    n = text.size
+    coded = byte_code(text)
+    if coded is None:
+        sa = np.ascontiguousarray(divsufsort(text), dtype=np.int32)
+        rank, lcp = _rank_lcp(text, sa)
+        return sa, rank, lcp
+    buf, start = _encode(text, *coded)
+    byte_sa = np.ascontiguousarray(divsufsort(buf), dtype=np.int32)
+    del buf
+    rank = np.empty(n, np.int32)
+    phi = np.empty(n, np.int32)
+    if byte_sa.size == n:  # one byte per token
+        sa = byte_sa
+        _rank_phi(sa, n, rank, phi)
+    else:
+        sa = np.empty(n, np.int32)
+        _rank_phi_bytes(byte_sa, start, n, sa, rank, phi)
+    del byte_sa, start
+    narrow = text.astype(np.uint16) if n and int(text.max()) < 65536 else text
+    return sa, rank, _lcp_from_phi(narrow, sa, phi)
 
 
 @nb.njit(cache=True)
@@ -437,7 +498,8 @@ def _sweep(rtext, table, qnode, push, nq, k, out_next):
 
 
 def lem_chunk_position(text: np.ndarray, n_query: int, *, k: int, eot: int,
-                       max_len: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                       max_len: int = 0, out: tuple[np.ndarray, np.ndarray] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Position-mode LEM of the last ``n_query`` positions of ``text``, the whole of which
     is their visible history (an earlier occurrence must lie inside ``text``).
 
@@ -445,18 +507,22 @@ def lem_chunk_position(text: np.ndarray, n_query: int, *, k: int, eot: int,
         text: int32[m] token ids (>= 0), the history window followed by the query positions.
         n_query: how many trailing positions to answer (``<= m``).
         k, eot, max_len: as :class:`~tokenmill.ngram.lem.OnlineLEM`'s.
+        out: ``(int32[n_query] zeros, int32[n_query, k] C-contiguous, all -1)`` to write
+            into (views of the whole stream's arrays save a copy); None allocates them.
+            The next tokens may be uint16 (all 65,535) when every id is below 65,535:
+            -1 is then written as 65,535.
 
     Returns:
-        ``(match_len int32[n_query], next_tokens int32[n_query, k])``.
+        ``(match_len int32[n_query], next_tokens int32[n_query, k])`` (``out`` if given).
     """
     m = int(text.size)
-    lens_out = np.zeros(n_query, np.int32)
-    next_out = np.full((n_query, k), -1, np.int32)
+    if out is None:
+        out = np.zeros(n_query, np.int32), np.full((n_query, k), -1, np.int32)
+    lens_out, next_out = out
     if n_query == 0 or m == 0:
         return lens_out, next_out
     rtext = np.ascontiguousarray(text[::-1], dtype=np.int32)
-    sa = suffix_array(rtext)
-    rank, lcp = _rank_lcp(rtext, sa)
+    sa, rank, lcp = _sa_rank_lcp(rtext)
     lens = _longest_previous(sa, lcp)  # by rank; the match lengths in place below
     _match_lengths(rtext, rank, lens, n_query, eot, max_len, lens_out)
     del rank
@@ -532,12 +598,13 @@ def plan_chunks(n: int, *, window: int, mode: str = "position", step_tokens: int
     return out
 
 
-def _run_chunk(tokens: np.ndarray, chunk: tuple[int, int, int], params: dict
+def _run_chunk(tokens: np.ndarray, chunk: tuple[int, int, int], params: dict,
+               out: tuple[np.ndarray, np.ndarray] | None = None
                ) -> tuple[int, np.ndarray, np.ndarray]:
     start, lo, hi = chunk
     if params["mode"] == "position":
         ml, nt = lem_chunk_position(tokens[start:hi], hi - lo, k=params["k"],
-                                    eot=params["eot"], max_len=params["max_len"])
+                                    eot=params["eot"], max_len=params["max_len"], out=out)
     else:
         ml, nt = lem_chunk_step(tokens, start, lo, hi, k=params["k"], eot=params["eot"],
                                 window=params["window"], max_len=params["max_len"],
@@ -552,11 +619,17 @@ def _run_chunk_narrow(tokens: np.ndarray, chunk: tuple[int, int, int], params: d
                       ) -> tuple[int, np.ndarray, np.ndarray]:
     """:func:`_run_chunk` for a Ray task: the arrays narrowed to uint16 where every value
     fits (next tokens: ids below 65,535, -1 as 65,535), which halves what crosses the
-    object store to the driver (20 bytes a position at k = 4, 10 narrowed)."""
-    lo, ml, nt = _run_chunk(tokens, chunk, params)
+    object store to the driver (20 bytes a position at k = 4, 10 narrowed). In position
+    mode with such ids the kernels write uint16 next tokens directly (no int32 copy)."""
+    start, lo, hi = chunk
+    out = None
+    if params["mode"] == "position" and params.get("narrow_ids"):
+        out = (np.zeros(hi - lo, np.int32),
+               np.full((hi - lo, params["k"]), _NARROW_NONE, np.uint16))
+    lo, ml, nt = _run_chunk(tokens, chunk, params, out=out)
     if ml.size and int(ml.max()) < 0xFFFF:
         ml = ml.astype(np.uint16)
-    if nt.size and int(nt.max()) < _NARROW_NONE:
+    if nt.dtype != np.uint16 and nt.size and int(nt.max()) < _NARROW_NONE:
         nt = nt.astype(np.uint16)
     return lo, ml, nt
 
@@ -636,16 +709,22 @@ def precompute_lem(tokens: np.ndarray, *, k: int = 4,
     n = int(x.size)
     params = {"k": int(k), "mode": mode, "window": int(window), "eot": int(eot),
               "max_len": int(max_len), "step_tokens": step_tokens}
-    match_len = np.zeros(n, np.int32)
-    next_tokens = np.full((n, int(k)), -1, np.int32)
     chunks = plan_chunks(n, window=int(window), mode=mode, step_tokens=step_tokens,
                          chunk_tokens=chunk_tokens)
     if workers <= 1 and ray_address is None:
-        results = (_run_chunk(x, c, params) for c in chunks)
-        for lo, ml, nt in results:
-            match_len[lo:lo + ml.size] = ml
-            next_tokens[lo:lo + ml.size] = nt
+        match_len = np.zeros(n, np.int32)
+        next_tokens = np.full((n, int(k)), -1, np.int32)
+        for c in chunks:  # position mode writes straight into the stream's arrays
+            view = match_len[c[1]:c[2]], next_tokens[c[1]:c[2]]
+            lo, ml, nt = _run_chunk(x, c, params, out=view)
+            if ml is not view[0]:
+                match_len[lo:lo + ml.size] = ml
+                next_tokens[lo:lo + ml.size] = nt
         return match_len, next_tokens
+    params["narrow_ids"] = bool(n) and int(x.max()) < _NARROW_NONE
+    # the chunks cover [0, n) exactly once, so every row is written below: no prefill
+    match_len = np.empty(n, np.int32)
+    next_tokens = np.empty((n, int(k)), np.int32)
     for lo, ml, nt in _ray_chunks(x, chunks, params, workers, ray_address):
         match_len[lo:lo + ml.size] = ml  # uint16 lengths widen as they are
         if nt.dtype == np.uint16:
