@@ -184,8 +184,12 @@ class DedupConfig(_Model):
     (:mod:`tokenmill.pipeline.dedup_partitioned`); a partition task holds about
     ``1/partitions`` of the documents' dedup rows (exact: ~70 bytes per document; fuzzy
     band buckets, the largest: ``bands`` rows of ~90 bytes, ~1.1 KB per document at the
-    default 12 bands), so raise it with the corpus size: about one partition per million
-    documents keeps every task near 1-2 GB. The output does not depend on it.
+    default 12 bands), so raise it with the corpus size. Measured
+    (``benchmarks/bench_dedup.py``, 50,000 documents per partition, blocks of 10,000): the
+    largest task (the fuzzy bucket phase) peaked at 0.45 GB at 100k documents and 0.8 GB
+    at 1M, ~0.26 GB of it the Ray worker; the growth at equal partition size comes with
+    the number of blocks it reads (10 against 100). One partition per 50,000-100,000
+    documents keeps every task near 1 GB at that scale. The output does not depend on it.
     """
 
     partitions: int = Field(default=16, ge=1, le=65536)
