@@ -10,11 +10,12 @@ paths run once untimed over the whole stream, before the clock starts), alternat
 ``--reps`` times (default 5) so that a drift in a shared machine's speed hits both; the
 medians are reported, and the speedup is the median over the reps of the 1-worker wall
 time over the 2-worker one (each pair runs seconds apart; the ratio of the medians is
-printed too). The results are
-checked to be identical. Every worker is one core: ``OMP_NUM_THREADS=1`` (libdivsufsort's
-OpenMP threads; Ray sets the same for its 1-CPU tasks). Targets (issue 15): >= 1.5 M
-tokens/s per core, 2 workers >= 1.8x. On a machine shared with other jobs the wall-clock
-figures (and so the speedup) are pessimistic; the load average is printed.
+printed too). The results are checked to be identical. Both are timed with the embedded
+Ray up (its idle daemons and workers share the cores with the 1-worker run too). Every
+worker is one core: ``OMP_NUM_THREADS=1`` (libdivsufsort's OpenMP threads; Ray sets the
+same for its 1-CPU tasks). Targets (issue 15): >= 1.5 M tokens/s per core, 2 workers
+>= 1.8x. On a machine shared with other jobs the wall-clock figures (and so the speedup)
+are pessimistic; the load average is printed.
 
 Usage: ``python benchmarks/bench_lem.py [--out DIR] [--tokens N] [--window W] [--k K] [--reps R]``
 Last line: ``lem precompute: X.XX M tokens/s per core, 2 workers X.XXx``.
@@ -70,6 +71,8 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5, help="alternating 1- and 2-worker runs")
     args = ap.parse_args()
+    if args.reps < 1:
+        ap.error("--reps must be at least 1")
     x = load_stream(Path(args.out))
     if args.tokens:
         x = x[:args.tokens]

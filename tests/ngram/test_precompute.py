@@ -223,6 +223,21 @@ def test_lem_chunk_position_empty_and_single():
     assert ml.tolist() == [0] and nt.tolist() == [[-1, -1]]
 
 
+def test_lem_chunk_position_into_uint16_arrays():
+    """``out`` with uint16 next tokens (the Ray tasks' path): the int32 answers with -1 as
+    65,535; an id that uint16 cannot hold is refused, never wrapped."""
+    x = np.array([0, 7, 8, 9, 0, 7, 8, 9, 0, 7], np.int32)
+    want_len, want_next = lem_chunk_position(x, 6, k=2, eot=0)
+    out = np.zeros(6, np.int32), np.full((6, 2), 0xFFFF, np.uint16)
+    got_len, got_next = lem_chunk_position(x, 6, k=2, eot=0, out=out)
+    assert got_next is out[1] and np.array_equal(got_len, want_len)
+    wide = got_next.astype(np.int32)
+    assert np.array_equal(np.where(wide == 0xFFFF, -1, wide), want_next)
+    out = np.zeros(6, np.int32), np.full((6, 2), 0xFFFF, np.uint16)
+    with pytest.raises(ValueError, match="cannot hold id 70000"):
+        lem_chunk_position(np.where(x == 9, 70_000, x), 6, k=2, eot=0, out=out)
+
+
 @pytest.mark.parametrize("kwargs,err", [
     ({"mode": "nope"}, "mode must be"), ({"k": 0}, "k must be"), ({"window": 1}, "window"),
     ({"mode": "step"}, "step_tokens"), ({"max_len": -1}, "max_len"),

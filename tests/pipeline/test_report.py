@@ -401,7 +401,10 @@ def test_removed_tokens_beyond_the_budget_are_sampled_then_estimated(run_dir, mo
     assert note.startswith("Tokens of removed documents: ") and "(1 in 4 of each" in note
     groups = [(r["source"], r["stage"]) for r in rows]
     first = {g: groups.index(g) for g in set(groups)}
-    for i in first.values():  # each group's first row is in the sample: exact
+    cap = int(re.search(r"up to ([\d,]+) characters", note).group(1).replace(",", ""))
+    whole = [i for i in first.values() if len(texts[i]) <= cap]
+    assert whole
+    for i in whole:  # each group's first row is in the sample: exact when encoded whole
         assert rows[i]["n_tokens"] == exact_rows[i]["n_tokens"]
     est = sum(r["n_tokens"] for r in rows)
     true = sum(r["n_tokens"] for r in exact_rows)
@@ -411,3 +414,34 @@ def test_removed_tokens_beyond_the_budget_are_sampled_then_estimated(run_dir, mo
     monkeypatch.setattr(report, "TOKEN_COUNT_BUDGET", -(-total // 4))
     page = write_report(run_dir).html.read_text("utf-8")
     assert page.count(html.escape(note)) == 2  # the waterfall and the lengths captions
+
+
+def test_sampled_token_count_encodes_a_bounded_amount_of_text(monkeypatch):
+    """Large documents on the sampled rows (each group's first is always sampled) must
+    not blow the budget: a sampled text is cut to max(256, budget // sampled rows)
+    characters, and its tokens per byte still give the estimate."""
+    from tokenmill.pipeline import report
+
+    encoded: list[int] = []
+
+    def counter(_manifest):
+        def count(texts: list[str]) -> list[int]:
+            encoded.extend(len(t) for t in texts)
+            return [len(t) // 4 + 1 for t in texts]  # 4 bytes a token, + EOT
+        return count
+
+    monkeypatch.setattr(report, "_token_counter", counter)
+    texts, sources = [], []
+    for g in range(20):  # 20 groups, each opening with a 100 KB document
+        texts += ["x" * 100_000] + ["y" * 100] * 50
+        sources += [f"s{g}"] * 51
+    table = pa.table({"source": sources, "stage": ["gopher_quality"] * len(texts),
+                      "reason": ["word_count"] * len(texts), "text": texts})
+    rows, _ = report._quarantine_rows(table)
+    total = sum(len(t) for t in texts)
+    budget = total // 10
+    note = report._count_tokens(rows, table, None, budget=budget)
+    assert note and sum(encoded) <= budget, (sum(encoded), budget)
+    est = sum(r["n_tokens"] for r in rows)
+    true = sum(len(t) // 4 + 1 for t in texts)
+    assert abs(est / true - 1) < 0.05, (est, true)

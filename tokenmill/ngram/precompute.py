@@ -165,9 +165,8 @@ def suffix_array(text: np.ndarray) -> np.ndarray:
 @nb.njit(cache=True)
 def _rank_phi(sa, n, rank, phi):
     """Fill ``rank`` (the inverse suffix array) and ``phi`` (``phi[p]``: the suffix just
-    before p in the suffix array, -1 for the first), int32[n] each, from ``sa`` (the
-    token suffix array, or the byte suffix array when ``sa.size > n``: its token-start
-    suffixes, ``start[v] >= 0``, see :func:`_rank_phi_bytes`)."""
+    before p in the suffix array, -1 for the first), int32[n] each, from the token suffix
+    array ``sa`` (int32[n]; a byte suffix array goes to :func:`_rank_phi_bytes`)."""
     prev = -1
     for r in range(n):
         p = sa[r]
@@ -514,11 +513,17 @@ def lem_chunk_position(text: np.ndarray, n_query: int, *, k: int, eot: int,
 
     Returns:
         ``(match_len int32[n_query], next_tokens int32[n_query, k])`` (``out`` if given).
+
+    Raises:
+        ValueError: uint16 next tokens in ``out`` for a text with an id >= 65,535.
     """
     m = int(text.size)
     if out is None:
         out = np.zeros(n_query, np.int32), np.full((n_query, k), -1, np.int32)
     lens_out, next_out = out
+    if next_out.dtype == np.uint16 and m and int(text.max()) >= 0xFFFF:
+        raise ValueError(f"uint16 next tokens cannot hold id {int(text.max())} "
+                         "(ids must be below 65,535)")
     if n_query == 0 or m == 0:
         return lens_out, next_out
     rtext = np.ascontiguousarray(text[::-1], dtype=np.int32)

@@ -70,7 +70,8 @@ REPORT_NAME = "report.html"
 #: example documents shown per removal reason, and the characters shown of each
 EXAMPLES_PER_REASON = 5
 EXAMPLE_CHARS = 300
-#: UTF-8 bytes of removed text the report encodes to count tokens; beyond it, a sample
+#: UTF-8 bytes of removed text the report encodes whole to count tokens; beyond it, a
+#: sample of about that many characters (see ``_count_tokens``)
 TOKEN_COUNT_BUDGET = 8_000_000
 
 # The pipeline's stage order (tokenmill.pipeline.stages.STAGES); "quarantine" stands for
@@ -336,10 +337,12 @@ def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManif
     + 1 (EOT), or raw bytes / 4 + 1 for a row without text.
 
     When the removed text exceeds ``budget`` UTF-8 bytes (default
-    :data:`TOKEN_COUNT_BUDGET`), only a systematic sample is encoded: every ``s``-th row
-    of each (source, stage), ``s = ceil(text bytes / budget)``; every other row gets its
-    bytes times its (source, stage)'s sampled tokens per byte, + 1. Encoding all of it
-    took 20 of the report's 27 s on the 233 MB ``bench_pipeline`` run.
+    :data:`TOKEN_COUNT_BUDGET`), a systematic sample is encoded instead: every ``s``-th
+    row of each (source, stage), ``s = ceil(text bytes / budget)``, each cut to its first
+    ``max(256, budget // sampled rows)`` characters, so that at most that many characters
+    per sampled row are encoded, whatever the sizes. A sampled row encoded whole is exact;
+    every other row gets its bytes times its (source, stage)'s sampled tokens per byte, + 1.
+    Encoding everything took 20 of the report's 27 s on the 233 MB ``bench_pipeline`` run.
 
     Returns:
         ``""`` when every count is exact, else one sentence saying how many were encoded.
@@ -355,10 +358,16 @@ def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManif
     budget = TOKEN_COUNT_BUDGET if budget is None else budget
     groups = [(r.get("source"), r.get("stage")) for r in rows]
     stride = max(1, -(-total // max(budget, 1)))
-    sample = _systematic_sample(groups, has_text, stride)
-    counts = _token_counter(manifest)([t or "" for t in text.take(sample).to_pylist()])
-    exact = dict(zip(sample.tolist(), counts, strict=True))
-    rate = _tokens_per_byte(groups, nbytes, exact)
+    sample = _systematic_sample(groups, has_text, stride).tolist()
+    texts = [t or "" for t in text.take(sample).to_pylist()]
+    cap = max(256, budget // max(1, len(sample))) if stride > 1 else None
+    pieces = [t if cap is None or len(t) <= cap else t[:cap] for t in texts]
+    counts = _token_counter(manifest)(pieces)
+    exact = {i: n for i, t, piece, n in zip(sample, texts, pieces, counts, strict=True)
+             if piece is t}
+    piece_bytes = [int(nbytes[i]) if i in exact else len(piece.encode("utf-8", "replace"))
+                   for i, piece in zip(sample, pieces, strict=True)]
+    rate = _tokens_per_byte([groups[i] for i in sample], counts, piece_bytes)
     raw_bytes = _byte_lengths(_column(quarantine, "raw"))
     for i, row in enumerate(rows):
         if not has_text[i]:
@@ -370,8 +379,8 @@ def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManif
     if stride == 1:
         return ""
     return (f"Tokens of removed documents: {len(exact):,} of {int(has_text.sum()):,} "
-            f"encoded (1 in {stride} of each source and stage); the rest are their "
-            "UTF-8 bytes times the sample's tokens per byte.")
+            f"encoded (1 in {stride} of each source and stage, up to {cap:,} characters "
+            "each); the rest are their UTF-8 bytes times the sample's tokens per byte.")
 
 
 def _byte_lengths(values):
@@ -400,16 +409,22 @@ def _systematic_sample(groups: list[tuple], has_text, stride: int):
     return np.asarray(picked, dtype=np.int64)
 
 
-def _tokens_per_byte(groups: list[tuple], nbytes, exact: dict[int, int]) -> dict:
-    """group -> tokens per UTF-8 byte of its encoded rows (EOT excluded); groups with no
-    encoded byte take the overall rate (0.25 when nothing was encoded)."""
+def _tokens_per_byte(groups: list[tuple], counts: list[int], nbytes: list[int]) -> dict:
+    """group -> tokens per UTF-8 byte of its encoded texts (each ``counts`` includes the
+    EOT, excluded here); groups with no encoded byte take the overall rate (0.25 when
+    nothing was encoded)."""
     tok: Counter = Counter()
     byt: Counter = Counter()
-    for i, n in exact.items():
-        tok[groups[i]] += n - 1
-        byt[groups[i]] += int(nbytes[i])
+    for g, n, b in zip(groups, counts, nbytes, strict=True):
+        tok[g] += n - 1
+        byt[g] += b
     overall = sum(tok.values()) / sum(byt.values()) if sum(byt.values()) else 0.25
     return defaultdict(lambda: overall, {g: tok[g] / byt[g] for g in byt if byt[g]})
+
+
+def _note(r: _Report) -> str:
+    """The token-count note, as a sentence to append to a caption ("" when exact)."""
+    return " " + r.token_note if r.token_note else ""
 
 
 def _spec_waterfall(r: _Report) -> PlotSpec | None:
@@ -429,7 +444,7 @@ def _spec_waterfall(r: _Report) -> PlotSpec | None:
                                 for i in range(len(stages) - 1)] + [kept]
     return PlotSpec("waterfall.png", "Documents and tokens per stage",
                     "Remaining after each stage, per source. Tokens of removed documents "
-                    "are measured on their quarantined text. " + r.token_note, "waterfall",
+                    "are measured on their quarantined text." + _note(r), "waterfall",
                     {"labels": [column_label(st) for st in stages],
                      "documents": r.remaining, "tokens": tok_series})
 
@@ -441,8 +456,8 @@ def _spec_lengths(r: _Report) -> PlotSpec | None:
         r.result.skipped["lengths.png"] = "no sidecar and no quarantine rows"
         return None
     return PlotSpec("lengths.png", "Document lengths",
-                    "Before = kept documents plus every quarantined document. "
-                    + r.token_note, "lengths",
+                    "Before = kept documents plus every quarantined document."
+                    + _note(r), "lengths",
                     {"before": before, "after": after})
 
 
