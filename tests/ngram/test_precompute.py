@@ -130,18 +130,34 @@ def test_real_corpora_equal_online(real_stream, window, max_len, k):
     assert (got[0] > 0).mean() > 0.5  # real text: most positions have a match
 
 
-def test_real_corpora_ray_workers(real_stream):
-    """Chunks as Ray tasks on 2 workers: the same arrays as in-process, both when the
-    tasks send uint16 arrays (gpt2 ids) and when ids of 65,535 or more keep them int32."""
+@pytest.mark.parametrize("path", ["shared file", "object store"])
+def test_real_corpora_ray_workers(real_stream, monkeypatch, tmp_path, path):
+    """Chunks as Ray tasks on 2 workers: the same arrays as in-process, whether the tasks
+    write into the driver's shared output file (one node) or return their arrays through
+    the object store (uint16 for gpt2 ids; int32 for ids of 65,535 or more); step mode
+    too. The shared file is removed once the arrays are returned."""
     from tokenmill.raysession import ray_session
 
+    made: list = []
+    if path == "object store":
+        monkeypatch.setattr(P, "_shared_outputs", lambda n, k: None)
+    else:
+        monkeypatch.setattr(P, "_SHM", str(tmp_path))  # where the driver puts the file
+        shared_outputs = P._shared_outputs
+        monkeypatch.setattr(P, "_shared_outputs",
+                            lambda n, k: made.append(shared_outputs(n, k)) or made[-1])
     x = real_stream[:200_000]
     wide = np.where(x % 7 == 0, x + 70_000, x).astype(np.int32)  # ids past uint16
     with ray_session(None, 2):
         for stream, what in ((x, "gpt2 ids"), (wide, "ids >= 65,535")):
             want = precompute_lem(stream, k=4, window=1 << 16, eot=EOT)
             got = precompute_lem(stream, k=4, window=1 << 16, eot=EOT, workers=2)
-            assert_same(want, got, f"2 Ray workers, {what}")
+            assert_same(want, got, f"2 Ray workers, {what}, {path}")
+        step = {"k": 2, "mode": "step", "window": 1 << 14, "eot": EOT, "step_tokens": 1000}
+        want = precompute_lem(x[:30_000], **step)
+        assert_same(want, precompute_lem(x[:30_000], **step, workers=2), f"step, {path}")
+    assert not list(tmp_path.iterdir())
+    assert (len(made) == 3 and all(m is not None for m in made)) == (path == "shared file")
 
 
 def assert_suffix_array(x: np.ndarray, sa: np.ndarray) -> None:

@@ -69,6 +69,7 @@ positions, so the answers are the same); chunks still run in parallel, at the on
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import numba as nb
@@ -726,34 +727,106 @@ def precompute_lem(tokens: np.ndarray, *, k: int = 4,
                 match_len[lo:lo + ml.size] = ml
                 next_tokens[lo:lo + ml.size] = nt
         return match_len, next_tokens
-    params["narrow_ids"] = bool(n) and int(x.max()) < _NARROW_NONE
-    # the chunks cover [0, n) exactly once, so every row is written below: no prefill
-    match_len = np.empty(n, np.int32)
-    next_tokens = np.empty((n, int(k)), np.int32)
-    for lo, ml, nt in _ray_chunks(x, chunks, params, workers, ray_address):
-        match_len[lo:lo + ml.size] = ml  # uint16 lengths widen as they are
-        if nt.dtype == np.uint16:
-            _widen_into(nt, next_tokens[lo:lo + ml.size])
-        else:
-            next_tokens[lo:lo + ml.size] = nt
-    return match_len, next_tokens
+    return _ray_precompute(x, chunks, params, workers, ray_address)
 
 
-def _ray_chunks(x: np.ndarray, chunks: list, params: dict, workers: int,
-                ray_address: str | None):
-    """Run the chunks as Ray tasks (one CPU each), yielding results as they finish. The
-    stream is put in the object store once; workers read it zero-copy."""
-    import ray
+def _ray_precompute(x: np.ndarray, chunks: list, params: dict, workers: int,
+                    ray_address: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`precompute_lem`'s chunks as Ray tasks (one CPU each). When every Ray node is
+    this one, the tasks write straight into the output arrays, a file under /dev/shm that
+    they map (:func:`_shared_outputs`): nothing crosses the object store and the driver
+    assembles nothing. Otherwise each task returns its arrays (uint16 where they fit) and
+    the driver copies them in."""
 
     from tokenmill.raysession import ray_session
 
+    n, k = int(x.size), params["k"]
     with ray_session(ray_address, workers):
-        task = ray.remote(num_cpus=1, max_retries=3)(_run_chunk_narrow)
-        ref = ray.put(x)
-        # largest (most history) first, so the last task to start is a short one
-        order = sorted(chunks, key=lambda c: -(c[2] - c[0]))
-        pending = [task.remote(ref, c, params) for c in order]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
+        shared = _shared_outputs(n, k) if _only_this_node() else None
+        if shared is not None:
+            path, flat = shared
+            try:
+                for _ in _ray_chunks(x, chunks, params, _run_chunk_shared, (path, n)):
+                    pass
+            finally:
+                os.unlink(path)  # the driver's mapping stays valid
+            return np.asarray(flat[:n]), np.asarray(flat[n:]).reshape(n, k)
+        params["narrow_ids"] = bool(n) and int(x.max()) < _NARROW_NONE
+        # the chunks cover [0, n) exactly once, so every row is written below: no prefill
+        match_len = np.empty(n, np.int32)
+        next_tokens = np.empty((n, k), np.int32)
+        for lo, ml, nt in _ray_chunks(x, chunks, params, _run_chunk_narrow, ()):
+            match_len[lo:lo + ml.size] = ml  # uint16 lengths widen as they are
+            if nt.dtype == np.uint16:
+                _widen_into(nt, next_tokens[lo:lo + ml.size])
+            else:
+                next_tokens[lo:lo + ml.size] = nt
+        return match_len, next_tokens
 
+
+def _only_this_node() -> bool:
+    """Ray (initialized) runs on this machine alone, with this driver on it (not a Ray
+    Client): its workers can map this machine's files."""
+    import ray
+
+    if ray.util.client.ray.is_connected():
+        return False
+    nodes = [d for d in ray.nodes() if d.get("Alive")]
+    return len(nodes) == 1 and nodes[0].get("NodeManagerAddress") == \
+        ray.util.get_node_ip_address()
+
+
+def _shared_outputs(n: int, k: int) -> tuple[str, np.ndarray] | None:
+    """The stream's output arrays as one zero-filled file under /dev/shm that this node's
+    Ray workers map: ``(path, int32[n * (k + 1)])``, the n match lengths then the
+    ``n * k`` next tokens. None when there is nothing to write, no /dev/shm, or less than
+    twice the file's size free there (a full tmpfs would kill the writers)."""
+    import shutil
+    import tempfile
+
+    size = 4 * n * (k + 1)
+    if not n or not os.path.isdir(_SHM) or shutil.disk_usage(_SHM).free < 2 * size:
+        return None
+    fd, path = tempfile.mkstemp(prefix="tokenmill-lem-", dir=_SHM)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+    return path, np.memmap(path, np.int32, "r+", shape=(n * (k + 1),))
+
+
+_SHM = "/dev/shm"
+
+
+def _run_chunk_shared(tokens: np.ndarray, chunk: tuple[int, int, int], params: dict,
+                      path: str, n: int) -> int:
+    """:func:`_run_chunk` for a Ray task on the driver's machine: the chunk's rows written
+    into the shared output file (:func:`_shared_outputs`); returns the chunk's start. The
+    rows are reset first, so a retried task writes the same bytes."""
+    k = params["k"]
+    flat = np.memmap(path, np.int32, "r+", shape=(n * (k + 1),))
+    _, lo, hi = chunk
+    lens, nexts = flat[:n][lo:hi], flat[n:].reshape(n, k)[lo:hi]
+    lens[:] = 0
+    nexts[:] = -1
+    _, ml, nt = _run_chunk(tokens, chunk, params, out=(lens, nexts))
+    if ml is not lens:  # step mode returns its own arrays
+        lens[:] = ml
+        nexts[:] = nt
+    return lo
+
+
+def _ray_chunks(x: np.ndarray, chunks: list, params: dict, fn, extra: tuple):
+    """Run ``fn(x, chunk, params, *extra)`` for every chunk as Ray tasks (one CPU each,
+    in the caller's Ray session), yielding results as they finish. The stream is put in
+    the object store once; workers read it zero-copy."""
+    import ray
+
+    task = ray.remote(num_cpus=1, max_retries=3)(fn)
+    ref = ray.put(x)
+    # largest (most history) first, so the last task to start is a short one
+    order = sorted(chunks, key=lambda c: -(c[2] - c[0]))
+    pending = [task.remote(ref, c, params, *extra) for c in order]
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        yield ray.get(done[0])
