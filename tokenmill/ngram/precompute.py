@@ -39,7 +39,9 @@ Longest Previous Factor in linear time and applications"), run on the reversed t
 Windows and parallelism: with ``window = W`` and ``H = W // 2``, every position of the
 chunk ``[c H, (c + 1) H)`` sees the history ``[max(0, (c - 1) H), i]`` (OnlineLEM's rebuild
 rule), so each chunk is computed independently from its own ``<= 2 H`` tokens of text:
-in-process for one worker, as Ray tasks (:mod:`tokenmill.raysession`) otherwise. Each token
+in-process for one worker, as Ray tasks (:mod:`tokenmill.raysession`) otherwise (on one
+node the tasks write into the driver's output arrays, an unlinked file under /dev/shm that
+they map; on a cluster they return uint16 arrays through the object store). Each token
 is sorted about twice (once as new text, once as history): chunks of more than ``H`` new
 tokens would span two history starts, and their second block would need a previous factor
 bounded away from the first block's history (not done). Ray tasks are submitted biggest
@@ -52,10 +54,11 @@ same followers in the same order), so the arrays are equal, ties included; the s
 the same occurrences (the most recent ones before the query) in the same order.
 
 Cost (one 4 M-token text of the benchmark stream, 2 M queries, k = 4, CPU seconds on a
-2-core machine loaded by other jobs, so figures vary by 25 %): about 1.3 s, against 2.3-2.5
-s before the byte code, the Φ LCP, the interval scan and the per-position sweep arrays:
-suffix array 36-38 %, LCP 12 %, longest previous factor and intervals 20 %, the scan
-15 %, the tree and the sweep 15 % (the sweep was 40 % of the old total). Figures of the
+2-core VM whose speed drifts by up to 30 %): about 1.0-1.5 s, against 2.3-2.5 s before the
+byte code, the Φ LCP, the interval scan and the per-position sweep arrays. A profile
+before the fused rank pass and the uint16 LCP text: suffix array 23 %, LCP 17 %, the scan
+16 %, intervals 10 %, the sweep 8 %, longest previous factor 6 %, the rest 5 % or less
+each. Figures of the
 whole stream: ``benchmarks/bench_lem.py``. Memory per chunk: about 60 bytes per text token
 (byte code and its token starts while sorting, then suffix array, rank, LCP, interval
 bounds; ~250 MB at W = 4 M) plus the outputs. Worst case: without ``max_len`` a run of r
@@ -704,7 +707,8 @@ def precompute_lem(tokens: np.ndarray, *, k: int = 4,
             give more tasks, each still sorting its own history).
 
     Returns:
-        ``(match_len int32[n], next_tokens int32[n, k])``, ``-1`` for missing candidates.
+        ``(match_len int32[n], next_tokens int32[n, k])``, ``-1`` for missing candidates
+        (with Ray workers on one node, both views of one unlinked file under /dev/shm).
 
     Raises:
         ValueError: bad ``k``/``mode``/``window``/``eot``/``max_len``/``step_tokens``, a
