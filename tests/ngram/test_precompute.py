@@ -4,6 +4,9 @@ max_len cap, chunking and Ray workers; step mode too."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -158,6 +161,22 @@ def test_real_corpora_ray_workers(real_stream, monkeypatch, tmp_path, path):
         assert_same(want, precompute_lem(x[:30_000], **step, workers=2), f"step, {path}")
     assert not list(tmp_path.iterdir())
     assert (len(made) == 3 and all(m is not None for m in made)) == (path == "shared file")
+
+
+def test_shared_output_files_of_dead_drivers_are_removed(monkeypatch, tmp_path):
+    """A SIGKILLed driver cannot unlink its /dev/shm output file: the next call removes
+    files whose driver pid is gone, and keeps those of live drivers."""
+    monkeypatch.setattr(P, "_SHM", str(tmp_path))
+    dead = tmp_path / f"{P._SHM_PREFIX}99999999-abc"
+    live = tmp_path / f"{P._SHM_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "unrelated-99999999"
+    for f in (dead, live, other):
+        f.write_bytes(b"x")
+    path, flat = P._shared_outputs(10, 2)
+    assert flat.shape == (30,) and not flat.any()
+    assert not dead.exists() and live.exists() and other.exists()
+    assert Path(path).name.startswith(f"{P._SHM_PREFIX}{os.getpid()}-")
+    assert P._shared_outputs(0, 2) is None
 
 
 def assert_suffix_array(x: np.ndarray, sa: np.ndarray) -> None:

@@ -40,9 +40,9 @@ Windows and parallelism: with ``window = W`` and ``H = W // 2``, every position 
 chunk ``[c H, (c + 1) H)`` sees the history ``[max(0, (c - 1) H), i]`` (OnlineLEM's rebuild
 rule), so each chunk is computed independently from its own ``<= 2 H`` tokens of text:
 in-process for one worker, as Ray tasks (:mod:`tokenmill.raysession`) otherwise (on one
-node the tasks write into the driver's output arrays, an unlinked file under /dev/shm that
-they map; on a cluster they return uint16 arrays through the object store). Each token
-is sorted about twice (once as new text, once as history): chunks of more than ``H`` new
+node the tasks write into the driver's output arrays, a file under /dev/shm that they map,
+unlinked once written; on a cluster they return uint16 arrays through the object store).
+Each token is sorted about twice (once as new text, once as history): chunks of more than ``H`` new
 tokens would span two history starts, and their second block would need a previous factor
 bounded away from the first block's history (not done). Ray tasks are submitted biggest
 text first, so that the last to start is a short one. ``window = 0`` (unbounded): every
@@ -72,7 +72,9 @@ positions, so the answers are the same); chunks still run in parallel, at the on
 
 from __future__ import annotations
 
+import contextlib
 import os
+from pathlib import Path
 from typing import Literal
 
 import numba as nb
@@ -707,8 +709,11 @@ def precompute_lem(tokens: np.ndarray, *, k: int = 4,
             give more tasks, each still sorting its own history).
 
     Returns:
-        ``(match_len int32[n], next_tokens int32[n, k])``, ``-1`` for missing candidates
-        (with Ray workers on one node, both views of one unlinked file under /dev/shm).
+        ``(match_len int32[n], next_tokens int32[n, k])``, ``-1`` for missing candidates.
+        With Ray workers on one node (and room in /dev/shm) both are views of one shared
+        mapping of an unlinked /dev/shm file: it counts against /dev/shm while a view
+        lives, a forked child's writes show in the parent, and ``resize`` is refused;
+        ``np.array(...)`` copies them when that matters.
 
     Raises:
         ValueError: bad ``k``/``mode``/``window``/``eot``/``max_len``/``step_tokens``, a
@@ -750,10 +755,12 @@ def _ray_precompute(x: np.ndarray, chunks: list, params: dict, workers: int,
         if shared is not None:
             path, flat = shared
             try:
-                for _ in _ray_chunks(x, chunks, params, _run_chunk_shared, (path, n)):
+                for _ in _ray_chunks(x, chunks, params, _run_chunk_shared, (path, n),
+                                     this_node=True):
                     pass
             finally:
-                os.unlink(path)  # the driver's mapping stays valid
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # the driver's mapping stays valid
             return np.asarray(flat[:n]), np.asarray(flat[n:]).reshape(n, k)
         params["narrow_ids"] = bool(n) and int(x.max()) < _NARROW_NONE
         # the chunks cover [0, n) exactly once, so every row is written below: no prefill
@@ -784,14 +791,19 @@ def _shared_outputs(n: int, k: int) -> tuple[str, np.ndarray] | None:
     """The stream's output arrays as one zero-filled file under /dev/shm that this node's
     Ray workers map: ``(path, int32[n * (k + 1)])``, the n match lengths then the
     ``n * k`` next tokens. None when there is nothing to write, no /dev/shm, or less than
-    twice the file's size free there (a full tmpfs would kill the writers)."""
+    twice the file's size free there (checked once: a tmpfs that fills later fails the
+    tasks, it does not fall back). The name holds the driver's pid, so a file left by a
+    killed driver is removed by the next call (:func:`_remove_orphans`)."""
     import shutil
     import tempfile
 
     size = 4 * n * (k + 1)
-    if not n or not os.path.isdir(_SHM) or shutil.disk_usage(_SHM).free < 2 * size:
+    if not n or not os.path.isdir(_SHM):
         return None
-    fd, path = tempfile.mkstemp(prefix="tokenmill-lem-", dir=_SHM)
+    _remove_orphans()
+    if shutil.disk_usage(_SHM).free < 2 * size:
+        return None
+    fd, path = tempfile.mkstemp(prefix=f"{_SHM_PREFIX}{os.getpid()}-", dir=_SHM)
     try:
         os.ftruncate(fd, size)
     finally:
@@ -799,6 +811,17 @@ def _shared_outputs(n: int, k: int) -> tuple[str, np.ndarray] | None:
     return path, np.memmap(path, np.int32, "r+", shape=(n * (k + 1),))
 
 
+def _remove_orphans() -> None:
+    """Remove the shared output files (:func:`_shared_outputs`) of drivers no longer
+    running (a SIGKILLed driver cannot remove its own)."""
+    for f in Path(_SHM).glob(f"{_SHM_PREFIX}*"):
+        pid = f.name[len(_SHM_PREFIX):].split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                f.unlink()
+
+
+_SHM_PREFIX = "tokenmill-lem-"
 _SHM = "/dev/shm"
 
 
@@ -820,17 +843,29 @@ def _run_chunk_shared(tokens: np.ndarray, chunk: tuple[int, int, int], params: d
     return lo
 
 
-def _ray_chunks(x: np.ndarray, chunks: list, params: dict, fn, extra: tuple):
+def _ray_chunks(x: np.ndarray, chunks: list, params: dict, fn, extra: tuple,
+                this_node: bool = False):
     """Run ``fn(x, chunk, params, *extra)`` for every chunk as Ray tasks (one CPU each,
-    in the caller's Ray session), yielding results as they finish. The stream is put in
-    the object store once; workers read it zero-copy."""
+    in the caller's Ray session; ``this_node``: pinned to the driver's node), yielding
+    results as they finish. The stream is put in the object store once; workers read it
+    zero-copy. The tasks still pending when this ends (an error, an interrupt) are
+    cancelled."""
     import ray
 
     task = ray.remote(num_cpus=1, max_retries=3)(fn)
+    if this_node:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = ray.get_runtime_context().get_node_id()
+        task = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, False))
     ref = ray.put(x)
     # largest (most history) first, so the last task to start is a short one
     order = sorted(chunks, key=lambda c: -(c[2] - c[0]))
     pending = [task.remote(ref, c, params, *extra) for c in order]
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        yield ray.get(done[0])
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        for r in pending:
+            ray.cancel(r)
