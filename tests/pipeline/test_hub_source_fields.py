@@ -16,7 +16,7 @@ OTHER = "fedcba9876543210fedcba9876543210fedcba98"
 
 
 @pytest.mark.parametrize("field", ["split", "config"])
-@pytest.mark.parametrize("value", ['""', "' '"])
+@pytest.mark.parametrize("value", ['""', "' '", "", "null", "~"])
 def test_an_empty_split_or_config_is_refused_on_read(tmp_path: Path, field: str,
                                                      value: str) -> None:
     spec = tmp_path / "mix.yaml"

@@ -112,9 +112,10 @@ class SourceConfig(_Model):
             raise ValueError(f"source name {self.name!r}: letters, digits, '.', '_', '-' only")
         if self.hub is None and (self.config is not None or self.split is not None):
             raise ValueError(f"source {self.name!r}: 'config' and 'split' need a 'hub' source")
-        for key in ("config", "split"):  # "" would read as the default (train), silently
-            value = getattr(self, key)
-            if value is not None and not value.strip():
+        for key in ("config", "split"):  # "" or a bare `split:` (null) would read as the
+            value = getattr(self, key)  # default (train), silently
+            if (value is None and key in self.model_fields_set) or (
+                    value is not None and not value.strip()):
                 raise ValueError(f"source {self.name!r}: {key} is empty; name one (e.g. "
                                  f"{'train' if key == 'split' else 'en'}) or leave it out")
         return self
