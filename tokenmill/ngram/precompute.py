@@ -156,16 +156,23 @@ def suffix_array(text: np.ndarray) -> np.ndarray:
     text's :func:`byte_code` bytes, dropping the suffixes that start inside a token; texts
     it cannot code go to ``pydivsufsort.divsufsort`` as integers (it sorts big-endian
     bytes of the ids' width the same way)."""
+    sa, start = _divsufsort_coded(text)
+    if start is None or sa.size == text.size:
+        return sa  # sorted as integers, or one byte per token
+    return _token_suffixes(sa, start, text.size)
+
+
+def _divsufsort_coded(text: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """libdivsufsort on ``text``'s :func:`byte_code` bytes: ``(byte suffix array int32,
+    start int32)`` (:func:`_encode`'s token starts); ``(suffix array, None)`` for a text
+    the code cannot take, sorted as integers."""
     from pydivsufsort import divsufsort
 
     coded = byte_code(text)
     if coded is None:
-        return np.ascontiguousarray(divsufsort(text), dtype=np.int32)
+        return np.ascontiguousarray(divsufsort(text), dtype=np.int32), None
     buf, start = _encode(text, *coded)
-    byte_sa = np.ascontiguousarray(divsufsort(buf), dtype=np.int32)
-    if buf.size == text.size:
-        return byte_sa  # one byte per token
-    return _token_suffixes(byte_sa, start, text.size)
+    return np.ascontiguousarray(divsufsort(buf), dtype=np.int32), start
 
 
 @nb.njit(cache=True)
@@ -239,17 +246,11 @@ def _sa_rank_lcp(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ``text``: :func:`suffix_array` with its token-start filter fused into the first
     pass of :func:`_rank_lcp`. The LCP pass compares a uint16 copy of the text when the
     ids fit (half the memory for its random reads)."""
-    from pydivsufsort import divsufsort
-
     n = text.size
-    coded = byte_code(text)
-    if coded is None:
-        sa = np.ascontiguousarray(divsufsort(text), dtype=np.int32)
-        rank, lcp = _rank_lcp(text, sa)
-        return sa, rank, lcp
-    buf, start = _encode(text, *coded)
-    byte_sa = np.ascontiguousarray(divsufsort(buf), dtype=np.int32)
-    del buf
+    byte_sa, start = _divsufsort_coded(text)
+    if start is None:
+        rank, lcp = _rank_lcp(text, byte_sa)
+        return byte_sa, rank, lcp
     rank = np.empty(n, np.int32)
     phi = np.empty(n, np.int32)
     if byte_sa.size == n:  # one byte per token
@@ -612,6 +613,8 @@ def plan_chunks(n: int, *, window: int, mode: str = "position", step_tokens: int
 def _run_chunk(tokens: np.ndarray, chunk: tuple[int, int, int], params: dict,
                out: tuple[np.ndarray, np.ndarray] | None = None
                ) -> tuple[int, np.ndarray, np.ndarray]:
+    """One chunk ``(history_start, lo, hi)``: ``(lo, match_len, next_tokens)``, written
+    into ``out`` (and returned as it) when given, whatever the mode."""
     start, lo, hi = chunk
     if params["mode"] == "position":
         ml, nt = lem_chunk_position(tokens[start:hi], hi - lo, k=params["k"],
@@ -620,6 +623,9 @@ def _run_chunk(tokens: np.ndarray, chunk: tuple[int, int, int], params: dict,
         ml, nt = lem_chunk_step(tokens, start, lo, hi, k=params["k"], eot=params["eot"],
                                 window=params["window"], max_len=params["max_len"],
                                 step_tokens=params["step_tokens"])
+        if out is not None:  # step mode answers in its own arrays: into ``out`` too
+            out[0][:], out[1][:] = ml, nt
+            ml, nt = out
     return lo, ml, nt
 
 
@@ -729,12 +735,8 @@ def precompute_lem(tokens: np.ndarray, *, k: int = 4,
     if workers <= 1 and ray_address is None:
         match_len = np.zeros(n, np.int32)
         next_tokens = np.full((n, int(k)), -1, np.int32)
-        for c in chunks:  # position mode writes straight into the stream's arrays
-            view = match_len[c[1]:c[2]], next_tokens[c[1]:c[2]]
-            lo, ml, nt = _run_chunk(x, c, params, out=view)
-            if ml is not view[0]:
-                match_len[lo:lo + ml.size] = ml
-                next_tokens[lo:lo + ml.size] = nt
+        for c in chunks:  # each chunk writes straight into the stream's arrays
+            _run_chunk(x, c, params, out=(match_len[c[1]:c[2]], next_tokens[c[1]:c[2]]))
         return match_len, next_tokens
     return _ray_precompute(x, chunks, params, workers, ray_address)
 
@@ -836,10 +838,7 @@ def _run_chunk_shared(tokens: np.ndarray, chunk: tuple[int, int, int], params: d
     lens, nexts = flat[:n][lo:hi], flat[n:].reshape(n, k)[lo:hi]
     lens[:] = 0
     nexts[:] = -1
-    _, ml, nt = _run_chunk(tokens, chunk, params, out=(lens, nexts))
-    if ml is not lens:  # step mode returns its own arrays
-        lens[:] = ml
-        nexts[:] = nt
+    _run_chunk(tokens, chunk, params, out=(lens, nexts))
     return lo
 
 

@@ -217,7 +217,8 @@ def _read_quarantine(out: Path, manifest: DatamixManifest):
             tables.append(_read_parquet_columns(p, _QUARANTINE_COLUMNS, "quarantine"))
     if not tables:
         return None
-    return pa.concat_tables(tables, promote_options="default")
+    # one copy into single chunks here, so that every column read below is a view
+    return pa.concat_tables(tables, promote_options="default").combine_chunks()
 
 
 def _read_sidecars(out: Path, manifest: DatamixManifest) -> dict[str, dict[str, list]]:
@@ -323,12 +324,14 @@ def _quarantine_rows(quarantine) -> tuple[list[dict[str, Any]], dict[str, _Examp
 
 
 def _column(table, name: str):
-    """A column as an Arrow array (all nulls when the table lacks it)."""
+    """A column as an Arrow array (all nulls when the table lacks it); a view when the
+    column is one chunk (:func:`_read_quarantine` combines them)."""
     import pyarrow as pa
 
-    if name in table.column_names:
-        return table.column(name).combine_chunks()
-    return pa.nulls(table.num_rows)
+    if name not in table.column_names:
+        return pa.nulls(table.num_rows)
+    col = table.column(name)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManifest,
