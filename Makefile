@@ -26,9 +26,9 @@ run: setup
 	$(PY) -m tokenmill.cli tokenizer fetch gpt2
 	$(PY) -m tokenmill.cli run manifests/quickstart.yaml --fallback manifests/hub-sample.yaml
 
-# `make test` runs every test not marked slow on two pytest workers (work stealing: the
-# slowest files no longer end the run on one worker); `.ci/run` runs the
-# slow end-to-end ones too (`make test MARK=`).
+# `make test` runs every test not marked slow on two pytest workers (work stealing, so
+# the slowest files do not end the run on one worker); `.ci/run` runs the slow end-to-end
+# ones too (`make test MARK=`).
 MARK ?= not slow
 test: setup
 	$(PY) -m pytest -q -n 2 --dist worksteal -m "$(MARK)" $(PYTEST_ARGS)

@@ -1,6 +1,6 @@
 """CPU ablation of the trainer's side inputs: does each one help, beyond seed noise?
 
-Design (issue 16.2):
+Design:
 
 * data: a training mix built here from a curation output (``tokenmill mix build``; the
   weights of ``manifests/mix-example.yaml``, ``max_epochs: 1``, sized to the run), read by

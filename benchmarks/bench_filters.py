@@ -9,7 +9,7 @@ start empty; both sides get one warm-up document (spaCy's and numba's first-call
 
 Usage: ``python benchmarks/bench_filters.py [--corpora c4-en-sample cc-main-2019-sample]
 [--limit N]`` (needs the ``dev`` extra: datatrove and spaCy; corpora under
-``../shared/data/corpora`` or ``TOKENMILL_DATA_ROOT``). The issue-13 target: tokenmill at
+``../shared/data/corpora`` or ``TOKENMILL_DATA_ROOT``). The target: tokenmill at
 least 10x datatrove.
 """
 

@@ -96,7 +96,7 @@ def main() -> None:
     print(f"gpt2 impossible pairs {g:,} vs the speedrun record's canonical mask "
           f"{SPEEDRUN_GPT2_IMPOSSIBLE:,}: ratio {g / SPEEDRUN_GPT2_IMPOSSIBLE:.3f} "
           "(record: ~3 s on a large server; a pure-Python port of it ~21 s on this machine, "
-          "as quoted in the issue, not rerun here)")
+          "as reported for the record, not rerun here)")
     print(f"\nmask_rows for {args.mask_rows:,} previous tokens (CPU, numba gather + unpack)")
     print(f"{'encoding':12s} {'time':>8s} {'output':>10s} {'peak RSS':>10s}")
     for r in results:

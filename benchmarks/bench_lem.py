@@ -13,7 +13,7 @@ time over the 2-worker one (each pair runs seconds apart; the ratio of the media
 printed too). The results are checked to be identical. Both are timed with the embedded
 Ray up (its idle daemons and workers share the cores with the 1-worker run too). Every
 worker is one core: ``OMP_NUM_THREADS=1`` (libdivsufsort's OpenMP threads; Ray sets the
-same for its 1-CPU tasks). Targets (issue 15): >= 1.5 M tokens/s per core, 2 workers
+same for its 1-CPU tasks). Targets: >= 1.5 M tokens/s per core, 2 workers
 >= 1.8x. On a machine shared with other jobs the wall-clock figures (and so the speedup)
 are pessimistic; the load average is printed.
 

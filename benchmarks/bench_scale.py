@@ -6,7 +6,7 @@ find and exact dedup cannot remove the copies wholesale. Each size runs as its o
 `tokenmill run` process with an embedded Ray on all cores; a sampler adds up the RSS of
 the driver and every process below it (raylet, Ray workers) every 0.2 s.
 
-Targets (issue: resilience and scale): documents/s at 16x >= 0.8 x that at 1x; peak RSS
+Targets: documents/s at 16x >= 0.8 x that at 1x; peak RSS
 grows sublinearly with corpus size.
 
     .venv/bin/python benchmarks/bench_scale.py [--sizes 1 4 16] [--work /tmp/tm-scale]

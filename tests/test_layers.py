@@ -1,6 +1,6 @@
 """The package layout, enforced by parsing every import of ``tokenmill/`` with :mod:`ast`.
 
-Issue 12: imports go one way only,
+Imports go one way only,
 
     top-level helpers (tokenmill/atomic.py, tokenmill/raysession.py)
       < tokenizers < manifests < pipeline, ngram < train < cli.py

@@ -1,4 +1,4 @@
-"""Token text is shown faithfully (issue 17 item 3; case ../shared/cases/ngram-longest-fffd,
+"""Token text is shown faithfully (case ../shared/cases/ngram-longest-fffd,
 copied under tests/ngram/data): no U+FFFD for text that had none, byte-fragment tokens as
 escaped bytes, a match starting inside a character says so, the query's pieces and the
 leading-space form's count, and the split the index holds."""

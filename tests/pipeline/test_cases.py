@@ -1,4 +1,4 @@
-"""The failing inputs of issue 13 (``../shared/cases``), copied under ``tests/pipeline/cases``.
+"""The reader and filter cases of ``../shared/cases``, copied under ``tests/pipeline/cases``.
 
 Each expected value is the one in the cases' README table. The readers are checked file by
 file (fast, no Ray); one end-to-end run curates every case source together and checks the

@@ -348,11 +348,11 @@ def test_clough_stevenson_confusion(ray_2cpu):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 3's criterion (every cut, >=80% light at default settings) is not reachable by "
+    "finding every cut answer and >=80% of light ones at default settings is not reachable by "
     "Jaccard near-dup detection on this corpus: answers are ~200-word excerpts of ~300-500 "
     "word sources (median cut Jaccard ~0.3), and 2 cut answers (g2pE_taskc, g4pD_taskb) "
     "share no word 5-gram with their source file at all"))
-def test_clough_stevenson_issue_criterion(ray_2cpu):
+def test_clough_stevenson_finds_every_cut_and_most_light_answers(ray_2cpu):
     texts, labels = _clough()
     keys = sorted(texts)
     res = fuzzy_dedup(keys, [texts[k] for k in keys])

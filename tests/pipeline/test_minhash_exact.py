@@ -1,4 +1,4 @@
-"""Fuzzy dedup removes a document only on an exact shingle-Jaccard check (issue 17 item 2):
+"""Fuzzy dedup removes a document only on an exact shingle-Jaccard check:
 the exact shingle sets, the ``minhash-multicompare`` case, the bounded comparisons, the
 ``exact_check=False`` escape hatch and the global stage reading candidates' texts back."""
 

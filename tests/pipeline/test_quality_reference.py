@@ -4,7 +4,7 @@ Each filter alone, default parameters, keep/remove compared document by document
 corpora read and normalized as a curation run does. The full comparison (every document of
 c4-en-sample, cc-main-2019-sample, wikipedia-wikitext-sample and python-docs-rst: at least
 99.5% agreement per filter) takes minutes with spaCy's tokenizer and is marked ``slow``; a
-sample of the web corpora runs always. Also: the issue-13 filter cases (``cases/filter-*``),
+sample of the web corpora runs always. Also: the filter cases (``cases/filter-*``),
 and the word splitter against spaCy's on the constructs that moved the ratios.
 """
 

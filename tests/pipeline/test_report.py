@@ -1,7 +1,7 @@
 """The curation report (tokenmill.pipeline.report) over a small real run folder.
 
 The ``run_dir`` fixture builds what ``tokenmill run`` leaves behind from real corpora, with
-this issue's stages (exact dedup by text, Gopher quality, FineWeb, language id, MinHash
+the pipeline's stages (exact dedup by text, Gopher quality, FineWeb, language id, MinHash
 fuzzy dedup), real gpt2 tokens written with ``write_shard`` (EOT before every document)
 and a :class:`DatamixManifest`. It can be swapped for the pipeline's own output later.
 """
@@ -380,10 +380,10 @@ def test_plot_workers_end_with_a_killed_owner(tmp_path):
 
 
 def test_removed_tokens_beyond_the_budget_are_sampled_then_estimated(run_dir, monkeypatch):
-    """Issue 14: encoding every removed document took 20 of the report's 27 s on the
-    233 MB bench run. Beyond the byte budget a systematic sample per (source, stage) is
-    encoded (those counts exact) and the rest estimated from their bytes; the captions
-    say so. Under the budget every count is exact and no caption changes."""
+    """Encoding every removed document would dominate the report's time on a large run
+    (20 of 27 s on the 233 MB bench run). Beyond the byte budget a systematic sample per
+    (source, stage) is encoded (those counts exact) and the rest estimated from their bytes;
+    the captions say so. Under the budget every count is exact and no caption changes."""
     from tokenmill.pipeline import report
 
     m = load_manifest(run_dir)

@@ -1,4 +1,4 @@
-"""Legality-table interchange (issue 16): the modded-nanogpt export has the speedrun's
+"""Legality-table interchange: the modded-nanogpt export has the speedrun's
 forbidden-pair polarity and padded layout, and loading reads the polarity from the file's own
 header, never by assumption. Also: ``legality build`` writes the prefix map beside the table,
 and ``legality stats`` calls a load time a load time."""

@@ -249,7 +249,7 @@ def _bias_inputs(n, v, m, targets, aux, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("extra", EXTRAS)
 def test_sparse_bias_matches_reference(monkeypatch, backend, dtype, extra):
-    """Issue 15.4: ``softmax(z + b)`` with the sparse bias (M candidates per row, -1 ignored,
+    """``softmax(z + b)`` with the sparse bias (M candidates per row, -1 ignored,
     duplicates summed) equals the dense reference, loss and both gradients (logits and
     bias values), in fp32 and bf16, with and without prefix target and mask, at V = 300
     (not a power of two, two partial chunks), on the Triton kernels (interpreted) and the

@@ -196,7 +196,7 @@ def _ngram_inputs(b, t, m, v, seed=0):
 
 
 def test_ngram_model_at_zero_gate_is_the_baseline_and_learns_the_gate():
-    """Issue 15.4: with ``ngram_gate = ngram_scale = 0`` the n-gram model's loss equals the
+    """With ``ngram_gate = ngram_scale = 0`` the n-gram model's loss equals the
     baseline's exactly (same weights), the gate gets a non-zero gradient at once, the scale
     once the blocks carry gradient, and the loss equals the dense reference with the bias."""
     base = _randomize(_tiny())

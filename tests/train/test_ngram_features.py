@@ -1,4 +1,4 @@
-"""The trainer's n-gram side input (issue 15.4): side-channel folders in the format of
+"""The trainer's n-gram side input: side-channel folders in the format of
 ``tokenmill ngram features`` (tokenmill/ngram/ngramfeat_commands.py), made here by a small
 causal bigram stand-in for the producer, are read in lockstep with the loader (steps, ranks, files
 crossed), refused when made for another mix or geometry, and a tiny CPU run with them trains

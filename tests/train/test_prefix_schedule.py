@@ -1,4 +1,4 @@
-"""The prefix auxiliary loss's weight schedule (issue 16.2): constant, or the speedrun's
+"""The prefix auxiliary loss's weight schedule: constant, or the speedrun's
 linear anneal from the start weight to 0 over the run."""
 
 from __future__ import annotations

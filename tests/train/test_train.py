@@ -258,7 +258,7 @@ def _toy_table(n_vocab: int = 21) -> LegalityTable:
 
 
 def test_mask_polarity_comes_from_the_table_header(tmp_path):
-    """Issue 16: the trainer reads every mask through ``LegalityTable.load``: tokenmill's
+    """The trainer reads every mask through ``LegalityTable.load``: tokenmill's
     table (1 = possible) and the modded-nanogpt export (1 = forbidden, padded) give the same
     rows, and a bare ``.npy`` mask, which does not say what its bits mean, is refused."""
     table = _toy_table()
@@ -287,7 +287,7 @@ def test_train_refuses_a_bare_mask_array(datamix, tmp_path, capsys):
     assert len(err) == 1 and str(bare) in err[0] and "bits mean" in err[0], err
 
 
-#: Issue 15.3 tolerance: LEM top-1 accuracy on training positions may exceed validation's by
+#: Leak tolerance: LEM top-1 accuracy on training positions may exceed validation's by
 #: at most 2 percentage points per source (document-level noise; measured +0.2 to +0.3 pp
 #: for c4 and -1.9 to -2.4 pp for wikitext over seeds 0-2). Rows drawn with replacement from
 #: the same pass exceed it by 16-29 pp.
@@ -308,10 +308,10 @@ def _lem_top1(rows: list[tuple[np.ndarray, np.ndarray]], val_inputs: np.ndarray,
 
 
 def test_one_pass_loader_leaks_no_repetition_into_the_lem(tmp_path):
-    """Issue 15.3: with the trainer's default data path (MixLoader over a curation
+    """With the trainer's default data path (MixLoader over a curation
     manifest: one pass, document-aligned, no replacement) the LEM's top-1 accuracy on
     training positions is no higher than on validation positions of the same sources, within
-    ``LEM_LEAK_TOLERANCE``. The same rows drawn with replacement (the old default) do leak:
+    ``LEM_LEAK_TOLERANCE``. The same rows drawn with replacement do leak:
     that is what the check catches."""
     data = sample_datamix(tmp_path / "data", {"c4-en-sample": 400,
                                               "wikipedia-wikitext-sample": 72}, val_every=2)

@@ -44,7 +44,7 @@ from tokenmill.pipeline.stages import STAGES, build_stage, metadata_columns
 from tokenmill.pipeline.step import Document, Rejection
 
 PREPARE_VERSION = 6
-READ_VERSION = 3  # 3: readers detect JSON layouts by content, BOMs, separators -> "\n" (issue 13)
+READ_VERSION = 3  # 3: readers detect JSON layouts by content, BOMs, separators -> "\n"
 #: the spec keys that, with the files' content, make a unit's read address
 READ_SETTINGS = ("source", "text_field", "max_document_bytes", "limit", "block_documents")
 #: the document stages whose removals are quarantined rows (``counts="quarantined"``): a

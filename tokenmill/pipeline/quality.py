@@ -203,7 +203,7 @@ class GopherQualityFilter(DocumentFilter):
     """
 
     name = "gopher_quality"
-    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove (issue 13)
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
 
     def __init__(self, min_doc_words: int | None = 50, max_doc_words: int | None = 100_000,
                  min_avg_word_length: float | None = 3, max_avg_word_length: float | None = 10,
@@ -277,7 +277,7 @@ class GopherRepetitionFilter(DocumentFilter):
     """
 
     name = "gopher_repetition"
-    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove (issue 13)
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
 
     def __init__(self, dup_line_frac: float | None = 0.3, dup_para_frac: float | None = 0.3,
                  dup_line_char_frac: float | None = 0.2,
@@ -345,7 +345,7 @@ class C4QualityFilter(DocumentFilter):
     """
 
     name = "c4"
-    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove (issue 13)
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
 
     def __init__(self, split_paragraph: bool = True, remove_citations: bool = True,
                  filter_no_terminal_punct: bool = True, min_num_sentences: int = 5,
@@ -434,7 +434,7 @@ class FineWebQualityFilter(DocumentFilter):
     """
 
     name = "fineweb"
-    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove (issue 13)
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
 
     def __init__(self, line_punct_thr: float = 0.12, line_punct_exclude_zero: bool = False,
                  short_line_thr: float = 0.67, short_line_length: int = 30,

@@ -20,7 +20,7 @@ model adds ``mean(wte[candidates]) * scale[bucket] + bucket_emb[bucket]`` to the
 after the input norm, zero where there is no match (kernel: :func:`~.kernels.lem_feature`).
 Scales and bucket embeddings start at zero, so the model starts identical to the baseline.
 
-N-gram side input (``config.ngram``, issue 15.4): per position the interpolated n-gram
+N-gram side input (``config.ngram``): per position the interpolated n-gram
 model's top ``ngram_m`` candidate next tokens ``c_j`` and their log-probabilities ``l_j``
 (:mod:`tokenmill.train.ngramside`) enter twice, as the speedrun's n-gram record mixed n-gram
 counts into the model: as an input feature, ``ngram_scale * sum_j softmax(l)_j * wte[c_j]``

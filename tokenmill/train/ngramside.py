@@ -1,5 +1,5 @@
 """The trainer's n-gram side input: the interpolated n-gram model's top-``m`` next-token
-candidates and log-probabilities per position, read in lockstep with the tokens (issue 15.4).
+candidates and log-probabilities per position, read in lockstep with the tokens.
 
 The side channel is made before the run by ``tokenmill ngram features MIX -o DIR``
 (:mod:`tokenmill.ngram.ngramfeat`; format: ``ngram.json`` plus ``ngram_cand_NNNNNN.npy``

@@ -54,7 +54,7 @@ def load_mask_bits(path: str, n_vocab: int, encoding_name: str | None = None) ->
     the file's own header: tokenmill's tables (1 = possible) are used as they are, an export
     in modded-nanogpt's forbidden-pair polarity (``tokenmill legality export --format
     modded-nanogpt``) is inverted, and a file that does not state its polarity (a bare
-    ``.npy`` mask) is refused, never guessed (issue 16).
+    ``.npy`` mask) is refused, never guessed.
 
     Raises:
         LegalityFormatError: not a table file, or a header without polarity (a ValueError).
