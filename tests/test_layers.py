@@ -2,7 +2,7 @@
 
 Imports go one way only,
 
-    top-level helpers (tokenmill/atomic.py, tokenmill/raysession.py)
+    top-level helpers (tokenmill/atomic.py, cliargs.py, errors.py, raysession.py)
       < tokenizers < manifests < pipeline, ngram < train < cli.py
 
 A module imports its own package and the layers below it; ``pipeline`` and ``ngram`` never
@@ -32,6 +32,7 @@ PKG = REPO / "tokenmill"
 LAYERS: dict[str, int] = {
     "": 0,  # tokenmill/__init__.py
     "atomic": 0,
+    "cliargs": 0,
     "errors": 0,
     "raysession": 0,
     "tokenizers": 1,

@@ -11,8 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# "issue 12", "issue's", "issues 3": development references. A data problem called "an
-# issue" (no number after it) is fine. The character class keeps this file from matching.
+# The word "issue" followed by a number, or in the possessive: development references. A data
+# problem called "an issue" (no number after it) is fine. The character class and this
+# wording keep this file from matching itself.
 DEVELOPMENT_WORDS = re.compile(r"\bissue \d|\bissue[']s\b|\bissues \d", re.IGNORECASE)
 
 

@@ -20,6 +20,12 @@ from tokenmill.pipeline import commands as pipeline_commands
 from tokenmill.tokenizers import commands as tokenizers_commands
 from tokenmill.train import commands as train_commands
 
+#: The first lines of ``tokenmill --help`` (plain text: the terminal shows it as written).
+DESCRIPTION = ("tokenmill: curate licensed corpora into token shards and a manifest, build "
+               "tokenizer legality tables and n-gram side models over them, mix curated "
+               "sources into training mixes and train a reference GPT on them. "
+               "Run 'tokenmill COMMAND --help' for a command's options.")
+
 # Packages that contribute subcommands, in the order they appear in --help.
 _COMMAND_MODULES = (pipeline_commands, manifests_commands, tokenizers_commands,
                     ngram_commands, train_commands)
@@ -27,9 +33,10 @@ _COMMAND_MODULES = (pipeline_commands, manifests_commands, tokenizers_commands,
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``tokenmill`` parser (``--version`` plus every package's subcommands)."""
-    parser = argparse.ArgumentParser(prog="tokenmill", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tokenmill", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"tokenmill {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="the command to run")
     for module in _COMMAND_MODULES:
         module.add_commands(sub)
     return parser

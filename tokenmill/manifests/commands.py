@@ -37,19 +37,22 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser("manifest", help="validate and read curation manifests (a datamix's result)")
-    msub = m.add_subparsers(dest="manifest_command", required=True)
+    msub = m.add_subparsers(dest="manifest_command", required=True, metavar="COMMAND",
+                            help="the command to run")
     v = msub.add_parser("validate", help="re-check every shard's existence, header and sha256")
-    v.add_argument("manifest")
+    v.add_argument("manifest", help="a curation manifest (manifest.json) or its run folder")
     v.set_defaults(func=_validate)
     s = msub.add_parser("show", help="print a manifest's per-source table")
-    s.add_argument("manifest")
+    s.add_argument("manifest", help="a curation manifest (manifest.json) or its run folder")
     s.set_defaults(func=_show)
 
     sh = sub.add_parser("shards", help="inspect and export token shards")
-    shsub = sh.add_subparsers(dest="shards_command", required=True)
+    shsub = sh.add_subparsers(dest="shards_command", required=True, metavar="COMMAND",
+                            help="the command to run")
     i = shsub.add_parser("inspect", help="print a shard's header, counts and first documents, "
                                          "decoded")
-    i.add_argument("shard")
+    i.add_argument("shard", help="a token shard (.bin) written by tokenmill run or "
+                   "shards export")
     i.add_argument("--tokenizer", default=None,
                    help="encoding to decode with (default: the one the curation manifest or "
                         "export.json beside the shard records, else the one the header's "

@@ -78,13 +78,14 @@ def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubP
                      ) -> None:
     """Register ``tokenmill mix`` on ``sub`` and ``export`` on the ``shards`` group."""
     mx = sub.add_parser("mix", help="plan and build a training mix from a mix spec")
-    msub = mx.add_subparsers(dest="mix_command", required=True)
+    msub = mx.add_subparsers(dest="mix_command", required=True, metavar="COMMAND",
+                            help="the command to run")
     p = msub.add_parser("plan", help="print the training-mix plan table; writes nothing")
-    p.add_argument("spec", help="mix spec YAML")
+    p.add_argument("spec", help="the mix spec YAML (e.g. manifests/mix-example.yaml)")
     p.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     p.set_defaults(func=_plan)
     b = msub.add_parser("build", help="write the training-mix manifest")
-    b.add_argument("spec", help="mix spec YAML")
+    b.add_argument("spec", help="the mix spec YAML (e.g. manifests/mix-example.yaml)")
     b.add_argument("-o", "--output", required=True, help="training-mix manifest to write (.json)")
     b.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     b.set_defaults(func=_build)

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tokenmill.cliargs import add_output_argument, add_quiet_argument
 from tokenmill.ngram.ngramfeat_commands import add_features_command
 from tokenmill.ngram.precompute_commands import add_lem_command, positive_int
 
@@ -228,25 +229,27 @@ def _pairs(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``tokenmill ngram ...``."""
     p = sub.add_parser("ngram", help="n-gram side models: suffix-array index, counts")
-    nsub = p.add_subparsers(dest="ngram_command", required=True)
+    nsub = p.add_subparsers(dest="ngram_command", required=True, metavar="COMMAND",
+                            help="the command to run")
     b = nsub.add_parser("build", help="build the suffix-array index of a manifest's shards")
     b.add_argument("manifest", help="manifest.json or its folder")
-    b.add_argument("-o", "--out", required=True, help="index folder")
+    add_output_argument(b, required=True, dest="out", help="index folder to write",
+                        aliases=("--out",))
     b.add_argument("--split", default="train", choices=["train", "val", "all"])
     b.add_argument("--counts", action="store_true",
                    help="also build the compact n-gram counts model into OUT/counts")
     b.add_argument("--orders", default="2-8", help="counts orders in 2..32, e.g. 2-8 or 2,3,5")
     b.add_argument("--no-verify", action="store_true",
                    help="do not check the shards' sha256 against the manifest")
-    b.add_argument("-q", "--quiet", action="store_true")
+    add_quiet_argument(b, help="no progress bars")
     b.set_defaults(func=_build)
     c = nsub.add_parser("count", help="count a text's tokens as one n-gram")
-    c.add_argument("index")
-    c.add_argument("text")
+    c.add_argument("index", help="index folder (tokenmill ngram build)")
+    c.add_argument("text", help="the text whose tokens are counted as one n-gram")
     c.set_defaults(func=_count)
     lg = nsub.add_parser("longest", help="longest suffix of a text found in the index")
-    lg.add_argument("index")
-    lg.add_argument("text")
+    lg.add_argument("index", help="index folder (tokenmill ngram build)")
+    lg.add_argument("text", help="the text whose longest suffix in the index is looked up")
     lg.add_argument("-k", type=positive_int, default=5, help="next tokens to show")
     lg.set_defaults(func=_longest)
     pr = nsub.add_parser("prob", help="next-token probabilities of the counts model")

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes
+from tokenmill.cliargs import add_quiet_argument
 from tokenmill.ngram.precompute_commands import (
     add_stream_arguments,
     check_out_folder,
@@ -185,5 +186,5 @@ def add_features_command(nsub: argparse._SubParsersAction) -> None:
                    "default max(tokens / 16, min(2**20, tokens / 4)))")
     p.add_argument("--shard-tokens", type=positive_int, default=100_000_000)
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 checks")
-    p.add_argument("-q", "--quiet", action="store_true", help="no per-chunk lines")
+    add_quiet_argument(p, help="no per-chunk lines")
     p.set_defaults(func=_features)

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
+from tokenmill.cliargs import add_output_argument
 from tokenmill.manifests.mixschema import (
     SideChannelFile,
     SideChannelRef,
@@ -224,7 +225,8 @@ def add_stream_arguments(p: argparse.ArgumentParser) -> None:
     """The options every side-channel command shares: the mix, ``-o`` and the MixLoader
     stream's split and geometry (:func:`mix_stream`)."""
     p.add_argument("mix", help="training-mix manifest (tokenmill mix build)")
-    p.add_argument("-o", "--out", required=True, help="output folder")
+    add_output_argument(p, required=True, dest="out", help="output folder",
+                        aliases=("--out",))
     p.add_argument("--split", default="train", choices=["train", "val"])
     p.add_argument("--seq-len", type=positive_int, default=2048, help="MixLoader seq_len (T)")
     p.add_argument("--batch-size", type=positive_int, default=1,

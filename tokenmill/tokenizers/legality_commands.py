@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from tokenmill.cliargs import add_output_argument, add_quiet_argument
+
 
 def _load_or_build(encoding: str, table: str | None, progress: bool = True):
     """``(table, seconds, how)``: a saved table loaded (``how`` = "load") or, without
@@ -127,32 +129,33 @@ def _export(args: argparse.Namespace) -> int:
 def add_legality_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``tokenmill legality ...``."""
     p = sub.add_parser("legality", help="tokenizer legality tables (impossible pairs, prefixes)")
-    lsub = p.add_subparsers(dest="legality_command", required=True)
+    lsub = p.add_subparsers(dest="legality_command", required=True, metavar="COMMAND",
+                            help="the command to run")
     b = lsub.add_parser("build", help="build and save the impossible-continuation table and "
                         "the prefix map beside it")
-    b.add_argument("encoding")
-    b.add_argument("-o", "--output", required=True, help="output folder (or file)")
-    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
+    add_output_argument(b, required=True, metavar="PATH", help="output folder (or file)")
+    add_quiet_argument(b, help="no progress bar")
     b.set_defaults(func=_build)
     q = lsub.add_parser("query", help="is NEXT possible after PREV, and why")
-    q.add_argument("encoding")
+    q.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
     q.add_argument("prev", help="token id, quoted literal (' bananas') or text of one token")
-    q.add_argument("next")
+    q.add_argument("next", help="the following token, in the same forms as PREV")
     q.add_argument("--table", help="a saved table (file or folder); default: compute directly")
     q.set_defaults(func=_query)
     x = lsub.add_parser("prefix", help="longest-token-prefix chain of a token")
-    x.add_argument("encoding")
-    x.add_argument("token")
+    x.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
+    x.add_argument("token", help="token id, quoted literal (' bananas') or text of one token")
     x.set_defaults(func=_prefix)
     s = lsub.add_parser("stats", help="impossible pairs in total and per previous token")
-    s.add_argument("encoding")
+    s.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
     s.add_argument("--table", help="a saved table (file or folder); default: build in memory")
     s.set_defaults(func=_stats)
     e = lsub.add_parser("export", help="write a saved table in another trainer's format")
     e.add_argument("table", help="a saved table (file or folder)")
     e.add_argument("--format", required=True, choices=["modded-nanogpt"],
                    help="modded-nanogpt: its canon_mask, uint8[V, V // 8], 1 = forbidden pair")
-    e.add_argument("-o", "--output", required=True, help="output file")
+    add_output_argument(e, required=True, metavar="FILE", help="output file")
     e.add_argument("--encoding", default=None,
                    help="check the table against this tokenizer (default: the table's own)")
     e.add_argument("--vocab-size", type=int, default=None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from tokenmill.cliargs import add_output_argument, add_quiet_argument
+
 
 def _train(args: argparse.Namespace) -> int:
     from tokenmill.train.config import TrainConfig
@@ -29,7 +31,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "every step (DDP).",
     )
     p.add_argument("config", help="train config, YAML or JSON")
-    p.add_argument("--out", default=None, help="output folder (overrides out_dir)")
+    add_output_argument(p, dest="out", help="output folder (overrides the config's out_dir)",
+                        aliases=("--out",))
     p.add_argument("--steps", type=int, default=None, help="override the number of steps")
     p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"])
     p.add_argument("--stop-after", type=int, default=None,
@@ -39,5 +42,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="keep the newest N checkpoints (0 = all; default: the config's, 3)")
     p.add_argument("--no-verify", action="store_true",
                    help="do not check the shards' sha256 against the manifest (printed)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_quiet_argument(p, dest="no_progress", help="no progress bar",
+                       aliases=("--no-progress",))
     p.set_defaults(func=_train)
