@@ -505,7 +505,7 @@ def train_cli(cfg: dict, out: Path, extra: list[str], gpu: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out.with_suffix(".json")
     cfg_path.write_text(json.dumps({**cfg, "out_dir": str(out)}, indent=1))
-    argv = ["train", str(cfg_path), "--no-progress", *extra]
+    argv = ["train", str(cfg_path), "-q", *extra]
     print(f"  $ tokenmill {' '.join(argv)}", flush=True)
     t0 = time.perf_counter()
     if gpu:

@@ -91,6 +91,8 @@ class _Model(BaseModel):
 
 
 class MixSourceSpec(_Model):
+    """One source of a mix spec: which curated source, its weight, how often it may repeat."""
+
     source: str | None = Field(default=None, description="curation source name (default: key)")
     manifest: str | None = Field(
         default=None, description="curation manifest name or path, when the name is ambiguous")
@@ -99,14 +101,24 @@ class MixSourceSpec(_Model):
 
 
 class SchedulePoint(_Model):
+    """From ``at`` on, these weights hold (until the next point)."""
+
     at: int = Field(gt=0, description="token count (or step) from which these weights hold")
-    weights: dict[str, float]
+    weights: dict[str, float] = Field(
+        description="new weight per mix source name from `at` on; unlisted sources keep their "
+        "weight")
 
 
 class ScheduleSpec(_Model):
-    unit: Literal["tokens", "steps"] = "tokens"
-    tokens_per_step: int | None = Field(default=None, gt=0)
-    points: list[SchedulePoint]
+    """Piecewise-constant source weights over the run."""
+
+    unit: Literal["tokens", "steps"] = Field(
+        default="tokens",
+        description="what points' `at` counts: tokens or optimizer steps")
+    tokens_per_step: int | None = Field(
+        default=None, gt=0,
+        description="tokens per step (required with unit: steps)")
+    points: list[SchedulePoint] = Field(description="weight changes, at strictly increasing `at`")
 
     @model_validator(mode="after")
     def _check(self) -> ScheduleSpec:
@@ -119,15 +131,29 @@ class ScheduleSpec(_Model):
 
 
 class MixSpec(_Model):
-    """A mix spec (see the module docstring for the YAML form)."""
+    """A mix spec: which curated sources a run trains on, in what proportion, for how many
+    tokens, repeating small sources up to ``max_epochs``."""
 
-    name: str
-    manifests: list[str] = Field(min_length=1)
-    target_tokens: int = Field(gt=0)
-    seed: int = 0
-    on_shortfall: Literal["shrink", "redistribute"] = "shrink"
-    sources: dict[str, MixSourceSpec] = Field(min_length=1)
-    schedule: ScheduleSpec | None = None
+    name: str = Field(description="the training mix's name")
+    manifests: list[str] = Field(
+        min_length=1,
+        description="curation manifests (manifest.json or its folder) the sources come from, "
+        "relative to the spec")
+    target_tokens: int = Field(
+        gt=0,
+        description="token budget of the run (training tokens, EOT included)")
+    seed: int = Field(default=0, description="seed of the loader's document order and row shuffle")
+    on_shortfall: Literal["shrink", "redistribute"] = Field(
+        default="shrink",
+        description="a source capped by its tokens x max_epochs: shrink lowers the total; "
+        "redistribute grows the others within their caps")
+    sources: dict[str, MixSourceSpec] = Field(
+        min_length=1,
+        description="mix name -> source and weight; the order is kept")
+    schedule: ScheduleSpec | None = Field(
+        default=None,
+        description="piecewise-constant weights over the run; none: the sources' weights "
+        "throughout")
 
     @model_validator(mode="after")
     def _check(self) -> MixSpec:

