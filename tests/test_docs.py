@@ -43,3 +43,10 @@ def test_check_mode_reports_a_stale_file(tmp_path: Path) -> None:
     gen.TARGET = tmp_path / "configuration.md"
     gen.TARGET.write_text("stale\n", encoding="utf-8")
     assert gen.main(["--check"]) == 1
+
+
+def test_readme_starts_with_the_two_commands_and_stays_short() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move detail to docs/"
+    commands = [ln.split("#")[0].strip() for ln in lines[:8] if ln.startswith("make ")]
+    assert commands == ["make run", "make test"], lines[:8]
