@@ -1,12 +1,14 @@
-"""Write docs/configuration.md from the pydantic models of tokenmill's input files.
+"""Write docs/configuration.md (input files) and docs/manifest-fields.md (the manifests
+tokenmill writes) from their pydantic models.
 
-    python docs/make_configuration.py            # rewrite docs/configuration.md
-    python docs/make_configuration.py --check    # exit 1 if it is out of date
+    python docs/make_configuration.py            # rewrite both files
+    python docs/make_configuration.py --check    # exit 1 if one is out of date
 
-Every field of every model in :data:`REGISTRY` (and of the models its fields hold) becomes a
-table row: name, type, default, meaning. The meaning is the field's ``description`` plus its
-constraints (``ge``, ``gt``, ...); a section's introduction is its model's docstring. A new
-config file kind is one more :data:`REGISTRY` entry, a new field needs nothing here.
+Every field of every model in :data:`REGISTRY` and :data:`MANIFEST_REGISTRY` (and of the
+models its fields hold) becomes a table row: name, type, default, meaning. The meaning is the
+field's ``description`` plus its constraints (``ge``, ``gt``, ...); a section's introduction
+is its model's docstring. A new file kind is one more registry entry, a new field needs
+nothing here.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pydantic_core import PydanticUndefined
 
 DOCS = Path(__file__).resolve().parent
 TARGET = DOCS / "configuration.md"
+MANIFEST_TARGET = DOCS / "manifest-fields.md"
 
 #: (title, "module:Class", what reads the file): the top-level models, in document order.
 REGISTRY: list[tuple[str, str, str]] = [
@@ -38,6 +41,27 @@ REGISTRY: list[tuple[str, str, str]] = [
     ("Train config", "tokenmill.train.config:TrainConfig",
      "`tokenmill train CONFIG.yaml`; example `manifests/train-tiny.yaml`"),
 ]
+
+#: The JSON manifests tokenmill writes, in document order.
+MANIFEST_REGISTRY: list[tuple[str, str, str]] = [
+    ("Curation manifest", "tokenmill.manifests.schema:DatamixManifest",
+     "`tokenmill run` (`OUT/manifest.json`)"),
+    ("Mix manifest (training mix)", "tokenmill.manifests.mixschema:TrainingMixManifest",
+     "`tokenmill mix build SPEC -o mix.json`"),
+]
+
+MANIFEST_HEADER = """\
+# Manifest fields
+
+Every field of the JSON manifests tokenmill writes: the curation manifest
+(`OUT/manifest.json`) and the mix manifest (`mix.json`). Both are UTF-8 JSON, indented by 2,
+keys sorted, no timestamps, paths relative to the manifest's folder; a reader checks `kind`
+and `schema_version` first. The byte-level formats of the files they list are in
+[formats.md](formats.md).
+
+This file is generated from the pydantic models by `python docs/make_configuration.py`;
+edit the models' `description=` texts, not this file.
+"""
 
 HEADER = """\
 # Configuration reference
@@ -139,7 +163,7 @@ def model_section(model: type[BaseModel], level: int, title: str,
     """Markdown for ``model``: heading, docstring, field table."""
     lines = [f"{'#' * level} {title}", ""]
     if reads:
-        lines += [f"Read by {reads}.", ""]
+        lines += [f"{reads}.", ""]
     doc = inspect.getdoc(model)
     if doc and model.__doc__:  # the class's own docstring, not BaseModel's
         lines += [plain(doc), ""]
@@ -168,39 +192,50 @@ def nested_models(model: type[BaseModel]) -> list[type[BaseModel]]:
 def undescribed_fields() -> list[str]:
     """``Model.field`` of every documented field without a description."""
     out = []
-    for _, dotted, _ in REGISTRY:
+    for _, dotted, _ in REGISTRY + MANIFEST_REGISTRY:
         top = resolve(dotted)
         for m in [top, *nested_models(top)]:
             out += [f"{m.__name__}.{n}" for n, i in m.model_fields.items() if not i.description]
-    return out
+    return sorted(set(out), key=out.index)
 
 
-def render() -> str:
-    """The whole of docs/configuration.md."""
-    lines = [HEADER]
-    for title, dotted, reads in REGISTRY:
+def render(registry: list[tuple[str, str, str]] | None = None, header: str = HEADER,
+           verb: str = "Read by") -> str:
+    """The whole of docs/configuration.md (or, with the manifest registry and header,
+    docs/manifest-fields.md); a model used by two entries is described once."""
+    lines, done = [header], set()
+    for title, dotted, reads in REGISTRY if registry is None else registry:
         top = resolve(dotted)
-        lines += model_section(top, 2, f"{title}: {top.__name__}", reads)
+        lines += model_section(top, 2, f"{title}: {top.__name__}", f"{verb} {reads}")
         for sub in nested_models(top):
-            lines += model_section(sub, 3, sub.__name__)
+            if sub not in done:
+                done.add(sub)
+                lines += model_section(sub, 3, sub.__name__)
     return "\n".join(lines).rstrip() + "\n"
 
 
+def documents() -> dict[Path, str]:
+    """Each generated file and its text."""
+    return {TARGET: render(),
+            MANIFEST_TARGET: render(MANIFEST_REGISTRY, MANIFEST_HEADER, "Written by")}
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="write docs/configuration.md from the models")
-    ap.add_argument("--check", action="store_true", help="exit 1 if the file is out of date")
+    ap = argparse.ArgumentParser(description="write the generated reference files in docs/")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a file is out of date")
     args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
-        if current != text:
-            print(f"{TARGET} is out of date: run python docs/make_configuration.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text, encoding="utf-8")
-    print(f"wrote {TARGET}")
-    return 0
+    stale = 0
+    for target, text in documents().items():
+        if args.check:
+            current = target.read_text(encoding="utf-8") if target.exists() else ""
+            if current != text:
+                print(f"{target} is out of date: run python docs/make_configuration.py",
+                      file=sys.stderr)
+                stale = 1
+        else:
+            target.write_text(text, encoding="utf-8")
+            print(f"wrote {target}")
+    return stale
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The generated reference docs/configuration.md matches the pydantic models, and every
-field of tokenmill's input files says what it means."""
+"""The generated references (docs/configuration.md, docs/manifest-fields.md) match the
+pydantic models, every field of tokenmill's input files and manifests says what it means,
+and the README stays a short guide."""
 
 from __future__ import annotations
 
@@ -20,16 +21,16 @@ def _generator():
     return module
 
 
-def test_configuration_reference_is_up_to_date() -> None:
-    gen = _generator()
-    current = gen.TARGET.read_text(encoding="utf-8")
-    assert current == gen.render(), f"docs/configuration.md is out of date; {REGENERATE}"
+def test_generated_references_are_up_to_date() -> None:
+    for target, text in _generator().documents().items():
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        assert current == text, f"{target.relative_to(ROOT)} is out of date; {REGENERATE}"
 
 
-def test_every_config_field_has_a_description() -> None:
+def test_every_config_and_manifest_field_has_a_description() -> None:
     missing = _generator().undescribed_fields()
     assert not missing, ("fields without description= (their meaning in "
-                         f"docs/configuration.md): {', '.join(missing)}; add one, then "
+                         f"docs/): {', '.join(missing)}; add one, then "
                          f"{REGENERATE}")
 
 
@@ -40,8 +41,8 @@ def test_check_mode_reports_a_stale_file(tmp_path: Path) -> None:
                                                                 "PATH": "/usr/bin:/bin"})
     assert ok.returncode == 0, ok.stderr
     gen = _generator()
-    gen.TARGET = tmp_path / "configuration.md"
-    gen.TARGET.write_text("stale\n", encoding="utf-8")
+    gen.MANIFEST_TARGET = tmp_path / "manifest-fields.md"
+    gen.MANIFEST_TARGET.write_text("stale\n", encoding="utf-8")
     assert gen.main(["--check"]) == 1
 
 

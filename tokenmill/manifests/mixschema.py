@@ -52,16 +52,16 @@ class _Model(BaseModel):
 
 class MixShard(_Model):
     path: str = Field(description="shard .bin path, relative to the training manifest folder")
-    split: Literal["train", "val"]
-    version: int
+    split: Literal["train", "val"] = Field(description="train or val")
+    version: int = Field(description="shard version: 1 = uint16 tokens, 2 = uint32")
     tokens: int = Field(description="tokens in the whole shard")
-    documents: int
-    sha256: str
-    sidecar_sha256: str
+    documents: int = Field(description="documents in the whole shard")
+    sha256: str = Field(description="sha256 of the .bin file")
+    sidecar_sha256: str = Field(description="sha256 of its .docs.parquet sidecar")
     start: int = Field(description="first token of the usable range (a document start)")
     end: int = Field(description="end (exclusive) of the usable range (a document end)")
-    range_tokens: int
-    range_documents: int
+    range_tokens: int = Field(description="end - start")
+    range_documents: int = Field(description="documents in [start, end)")
 
 
 class MixSource(_Model):
@@ -70,39 +70,41 @@ class MixSource(_Model):
     source: str = Field(description="source name in the curation manifest")
     weight: float = Field(description="requested share at token 0 (normalized)")
     requested_share: float = Field(description="requested tokens / requested total")
-    max_epochs: float
+    max_epochs: float = Field(description="the spec's cap on passes over the source")
     available_tokens: int = Field(description="train tokens of the source (EOT included)")
-    available_documents: int
-    requested_tokens: int
+    available_documents: int = Field(description="train documents of the source")
+    requested_tokens: int = Field(description="tokens the spec's weights ask for over the run")
     epochs_needed: float = Field(description="requested_tokens / available_tokens")
-    granted_tokens: int
+    granted_tokens: int = Field(
+        description="tokens the run reads from the source (at most available_tokens x max_epochs)")
     epochs: float = Field(description="granted_tokens / available_tokens (fractional)")
     effective_weight: float = Field(description="granted_tokens / total_tokens")
-    shortfall_tokens: int
+    shortfall_tokens: int = Field(description="requested_tokens - granted_tokens")
     shards: list[MixShard] = Field(description="train shards with the token ranges to use")
-    val_shards: list[MixShard]
+    val_shards: list[MixShard] = Field(description="val shards of the source, whole")
 
 
 class MixSegment(_Model):
     start_token: int = Field(description="first token of this segment in the mixed stream")
-    tokens: int
+    tokens: int = Field(description="tokens in this segment")
     weights: dict[str, float] = Field(description="effective weight per source (sums to 1)")
 
 
 class CurationRef(_Model):
-    name: str
+    name: str = Field(description="the curation manifest's datamix name")
     path: str = Field(description="relative to the training manifest folder")
-    sha256: str
+    sha256: str = Field(description="sha256 of the manifest file")
 
 
 class SideChannelFile(_Model):
     path: str = Field(description="relative to the training manifest folder")
-    sha256: str
+    sha256: str = Field(description="sha256 of the file")
 
 
 class SideChannelRef(_Model):
-    kind: Literal["lem-side-channel", "ngram-side-channel"]
-    split: Literal["train", "val"]
+    kind: Literal["lem-side-channel", "ngram-side-channel"] = Field(
+        description="lem-side-channel or ngram-side-channel")
+    split: Literal["train", "val"] = Field(description="the split whose token stream it follows")
     path: str = Field(description="metadata file (lem.json / ngram.json), relative to the "
                       "training manifest folder")
     sha256: str = Field(description="sha256 of the metadata file")
@@ -113,20 +115,32 @@ class TrainingMixManifest(_Model):
     """A training-mix manifest (``tokenmill mix build``): a mix spec planned over
     curation manifests."""
 
-    schema_version: int = MIX_SCHEMA_VERSION
-    kind: Literal["training-mix"] = "training-mix"
-    name: str
-    spec: dict[str, Any]
-    spec_sha256: str
-    seed: int
-    target_tokens: int
-    total_tokens: int
-    tokenizer: TokenizerIdentity
-    curation_manifests: list[CurationRef]
-    sources: list[MixSource]
-    segments: list[MixSegment]
-    warnings: list[str]
-    side_channels: list[SideChannelRef] = Field(default_factory=list)
+    schema_version: int = Field(
+        default=MIX_SCHEMA_VERSION,
+        description="version of this layout (a reader refuses another)")
+    kind: Literal["training-mix"] = Field(default="training-mix", description="always training-mix")
+    name: str = Field(description="the mix spec's name")
+    spec: dict[str, Any] = Field(description="the mix spec as validated")
+    spec_sha256: str = Field(description="sha256 of spec as JSON with sorted keys and the "
+                             "separators \", \" and \": \"")
+    seed: int = Field(description="the spec's seed (document order, row shuffle)")
+    target_tokens: int = Field(description="the spec's token budget")
+    total_tokens: int = Field(
+        description="tokens granted over all sources (below target_tokens after a shortfall with "
+        "shrink)")
+    tokenizer: TokenizerIdentity = Field(
+        description="the tokenizer of every shard (the same in every curation manifest)")
+    curation_manifests: list[CurationRef] = Field(
+        description="the curation manifests the sources come from")
+    sources: list[MixSource] = Field(description="per mix source, in spec order")
+    segments: list[MixSegment] = Field(
+        description="the schedule's segments with their effective weights (one when there is no "
+        "schedule)")
+    warnings: list[str] = Field(description="shortfalls and other outcomes to read, one line each")
+    side_channels: list[SideChannelRef] = Field(
+        default_factory=list,
+        description="side channels made for this mix (tokenmill ngram lem / features); absent "
+        "from the file when empty")
 
     def to_json(self) -> str:
         data = self.model_dump(mode="json")

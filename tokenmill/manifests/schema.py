@@ -33,12 +33,12 @@ _M = TypeVar("_M", bound=BaseModel)
 
 class ShardEntry(_Model):
     path: str = Field(description="shard .bin path, relative to the manifest folder")
-    split: Literal["train", "val"]
+    split: Literal["train", "val"] = Field(description="train or val")
     version: int = Field(description="1 = uint16 tokens, 2 = uint32 tokens")
-    tokens: int
-    documents: int
-    sha256: str
-    sidecar_sha256: str
+    tokens: int = Field(description="tokens in the shard (its header's count)")
+    documents: int = Field(description="documents in the shard (rows of its sidecar)")
+    sha256: str = Field(description="sha256 of the .bin file")
+    sidecar_sha256: str = Field(description="sha256 of the .docs.parquet sidecar")
 
 
 class SourceCounts(_Model):
@@ -48,7 +48,9 @@ class SourceCounts(_Model):
     column and ``reason_label`` (dict fields) labels its reasons below the table
     (``by_family``: licenses grouped by family there)."""
 
-    read: int = Field(default=0, title="docs in")
+    read: int = Field(
+        default=0, title="docs in",
+        description="documents read (rows of the data files)")
     quarantined: dict[str, int] = Field(
         default_factory=dict, title="quarantined", description="reason -> rows",
         json_schema_extra={"reason_label": "quarantined"})
@@ -56,12 +58,16 @@ class SourceCounts(_Model):
         default_factory=dict, title="license rej.",
         description="per-document license -> documents rejected",
         json_schema_extra={"reason_label": "license rejected", "by_family": True})
-    exact_duplicates: int = Field(default=0, title="exact dups")
-    near_duplicates: int = Field(default=0, title="near dups")
+    exact_duplicates: int = Field(
+        default=0, title="exact dups",
+        description="documents removed as exact duplicates of a kept one")
+    near_duplicates: int = Field(
+        default=0, title="near dups",
+        description="documents removed as near duplicates of a kept one")
     filtered: dict[str, int] = Field(
         default_factory=dict, title="filtered", description="filter reason -> docs",
         json_schema_extra={"reason_label": "filtered"})
-    kept: int = Field(default=0, title="kept")
+    kept: int = Field(default=0, title="kept", description="documents in the shards")
 
     @classmethod
     def removal_fields(cls) -> list[str]:
@@ -100,23 +106,25 @@ class ValidationSplit(_Model):
 
 
 class SourceEntry(_Model):
-    name: str
+    name: str = Field(description="the source's name in the datamix")
     origin: str = Field(description="local path relative to the data root, or hub:org/name")
     revision: str | None = Field(default=None, description="Hub commit sha, for Hub sources")
-    license: str
-    mixture_weight: float
-    counts: SourceCounts
+    license: str = Field(description="the source's license (dataset card or datamix), lowercased")
+    mixture_weight: float = Field(description="the source's weight in the datamix")
+    counts: SourceCounts = Field(description="documents read, removed by reason, kept")
     license_accepted: dict[str, int] = Field(
         default_factory=dict, description="per-document license -> documents kept by the gate"
     )
     tokens: dict[str, int] = Field(description="split -> tokens (EOT included)")
     documents: dict[str, int] = Field(description="split -> documents")
-    shards: list[ShardEntry]
+    shards: list[ShardEntry] = Field(description="the source's shards, train then val, in order")
     skipped_files: list[str] = Field(
         default_factory=list, description="files under the source not read (unsupported type)")
     files: list[InputFile] = Field(
         default_factory=list, description="the data files read, in order, with size and sha256")
-    validation: ValidationSplit = Field(default_factory=ValidationSplit)
+    validation: ValidationSplit = Field(
+        default_factory=ValidationSplit,
+        description="how the validation split came about")
     stages: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-stage counters, by stage name"
     )
@@ -131,30 +139,34 @@ class CurationWarning(_Model):
     document), ``quarantine_share`` (more of a source's rows quarantined than the
     datamix's ``checks.max_quarantine_share``)."""
 
-    kind: WarningKind
-    source: str
+    kind: WarningKind = Field(description="empty_file, empty_source or quarantine_share")
+    source: str = Field(description="the source it is about")
     file: str | None = Field(default=None, description="for empty_file: relative to the "
                              "source's folder")
     message: str = Field(description="one line, naming the source (and file)")
 
 
 class QuarantineEntry(_Model):
-    path: str
-    rows: int
-    sha256: str
+    path: str = Field(description="quarantine parquet file, relative to the manifest folder")
+    rows: int = Field(description="rows in it")
+    sha256: str = Field(description="sha256 of the file")
 
 
 class DatamixManifest(_Model):
     """A curation run's manifest (``manifest.json`` beside ``shards/``)."""
 
-    schema_version: int = SCHEMA_VERSION
-    kind: Literal["curation"] = "curation"
-    name: str
-    config: dict[str, Any]
-    config_sha256: str
-    tokenizer: TokenizerIdentity
-    sources: list[SourceEntry]
-    quarantine: list[QuarantineEntry]
+    schema_version: int = Field(
+        default=SCHEMA_VERSION,
+        description="version of this layout (a reader refuses another)")
+    kind: Literal["curation"] = Field(default="curation", description="always curation")
+    name: str = Field(description="the datamix's name")
+    config: dict[str, Any] = Field(
+        description="the datamix as validated, without where-things-live fields (data_root, "
+        "output_dir, block sizes, dedup partitions, write_text)")
+    config_sha256: str = Field(description="sha256 of config as compact JSON with sorted keys")
+    tokenizer: TokenizerIdentity = Field(description="the tokenizer of every shard")
+    sources: list[SourceEntry] = Field(description="per source, in datamix order")
+    quarantine: list[QuarantineEntry] = Field(description="the quarantine files, one per source")
     fuzzy_dedup: dict[str, Any] | None = Field(
         default=None, description="MinHash-LSH parameters (num_perm, bands, rows, threshold, "
         "ngram, seed, hash) and counters, when fuzzy dedup ran")

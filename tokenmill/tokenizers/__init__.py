@@ -13,7 +13,7 @@ import functools
 import hashlib
 
 import tiktoken
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 SUPPORTED_ENCODINGS = ("gpt2", "r50k_base", "cl100k_base", "o200k_base")
 
@@ -24,10 +24,11 @@ class TokenizerIdentity(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
-    ranks_sha256: str
-    n_vocab: int
-    eot_token: int
+    name: str = Field(
+        description="tiktoken encoding name (gpt2, r50k_base, cl100k_base, o200k_base)")
+    ranks_sha256: str = Field(description="sha256 of the encoding's BPE ranks file")
+    n_vocab: int = Field(description="number of token ids (the largest id + 1)")
+    eot_token: int = Field(description="the end-of-text id that starts every document")
 
     def short(self) -> str:
         return f"{self.name}@{self.ranks_sha256[:12]}"
