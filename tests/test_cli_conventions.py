@@ -85,7 +85,8 @@ def test_output_and_quiet_have_one_visible_spelling(name: str) -> None:
     (["train", "c.yaml", "-o", "run", "-q"], {"out": "run", "no_progress": True}),
     (["legality", "build", "gpt2", "-o", "t", "--quiet"], {"output": "t", "quiet": True}),
 ])
-def test_old_spellings_still_parse(argv: list[str], want: dict[str, object]) -> None:
+def test_hidden_aliases_parse_like_the_shown_spellings(argv: list[str],
+                                                       want: dict[str, object]) -> None:
     args = build_parser().parse_args(argv)
     assert {k: getattr(args, k) for k in want} == want
 

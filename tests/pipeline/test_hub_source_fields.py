@@ -55,7 +55,7 @@ def _source(hub: str):
 
 
 def test_an_upper_case_pinned_sha_is_checked(monkeypatch, tmp_path: Path) -> None:
-    """The upper-case spelling of another commit is refused (it used to pass unchecked)."""
+    """The upper-case spelling of another commit is refused, not passed unchecked."""
     _fake_snapshot(monkeypatch, tmp_path, OTHER)
     with pytest.raises(SourceError) as e:
         resolve_source(*_source(f"org/ds@{COMMIT.upper()}"))

@@ -145,7 +145,7 @@ class TrainingMixManifest(_Model):
     def to_json(self) -> str:
         data = self.model_dump(mode="json")
         if not data["side_channels"]:
-            del data["side_channels"]  # a mix without side channels keeps its old bytes
+            del data["side_channels"]  # no key at all: the file is the mix's identity
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     def write(self, path: str | os.PathLike) -> Path:

@@ -132,8 +132,8 @@ class SourceConfig(_Model):
 
     @model_serializer(mode="wrap")
     def _omit_unset_dataset_fields(self, handler: Any) -> dict[str, Any]:
-        # config/split appear only when set, so that the config (and its sha256) of a
-        # datamix without them is what it was before they existed
+        # config/split appear only when set, so that a datamix without them has the same
+        # config (and sha256) as one written without these optional fields
         d = handler(self)
         for key in ("config", "split"):
             if d.get(key) is None:
