@@ -12,7 +12,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 TOKENMILL_DATA_ROOT ?= $(abspath $(SHARED)/corpora)
 export TOKENMILL_DATA_ROOT
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -34,7 +34,13 @@ test: setup
 	$(PY) -m pytest -q -n 2 --dist worksteal -m "$(MARK)" $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check tokenmill tests benchmarks
+	$(VENV)/bin/ruff check tokenmill tests benchmarks docs
+
+# docs/configuration.md and docs/manifest-fields.md from the pydantic models, and the
+# stages picture docs/pipeline.svg (tests/test_docs.py fails when the first two are stale).
+docs: setup
+	$(PY) docs/make_configuration.py
+	$(PY) docs/make_pipeline_figure.py
 
 clean:
 	rm -rf out .pytest_cache

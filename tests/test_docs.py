@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "docs" / "make_configuration.py"
-REGENERATE = f"regenerate it: python {GENERATOR.relative_to(ROOT)}"
+REGENERATE = f"regenerate it: python {GENERATOR.relative_to(ROOT)} (or make docs)"
 
 
 def _generator():
