@@ -14,7 +14,7 @@ What is timed (each size in a fresh process with its own embedded Ray, ``--cpus`
 the corpus is generated and its prepared blocks (key, text, content hash, MinHash
 signature, shingle count: the dedup stages' ``block_columns``) are written by Ray tasks
 in one process; then, in a *new* process (the driver measured), the dedup decisions
-:func:`tokenmill.pipeline.dedup_partitioned.decide_partitioned` (exact then fuzzy, all
+:func:`tokenmill.pipeline.dedup.partitioned.decide_partitioned` (exact then fuzzy, all
 phases, removals per block). This calls the dedup stages directly, not ``tokenmill run``.
 Printed per size: documents/s of the generation with the block columns ("gen", the
 corpus is built in those tasks) and of the decisions ("decide"), the driver's
@@ -122,11 +122,11 @@ def _make_block(spec: dict) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tokenmill.pipeline.dedup import ExactDedup, MinHashDedup
-    from tokenmill.pipeline.intermediate import StageOutput
-    from tokenmill.pipeline.minhash import shingle_sets
-    from tokenmill.pipeline.minhash.exact import sorted_jaccard
-    from tokenmill.pipeline.step import Document
+    from tokenmill.pipeline.dedup.minhash import shingle_sets
+    from tokenmill.pipeline.dedup.minhash.shingle_sets import sorted_jaccard
+    from tokenmill.pipeline.dedup.stages import ExactDedup, MinHashDedup
+    from tokenmill.pipeline.run.intermediate import StageOutput
+    from tokenmill.pipeline.stage import Document
 
     lines = json.loads(Path(spec["lines"]).read_text())
     lo, hi = spec["block"] * BLOCK, min(spec["n"], (spec["block"] + 1) * BLOCK)
@@ -159,7 +159,7 @@ def _make_block(spec: dict) -> dict:
 
 def generate(n: int, work: Path, cpus: int) -> dict:
     """Child process: the corpus's prepared blocks (Ray tasks)."""
-    from tokenmill.pipeline.partitions import run_tasks
+    from tokenmill.pipeline.dedup.partition_files import run_tasks
     from tokenmill.raysession import ray_session
 
     (work / "truth").mkdir(parents=True, exist_ok=True)
@@ -176,8 +176,8 @@ def generate(n: int, work: Path, cpus: int) -> dict:
 
 def decide(work: Path, prepare: list[str], parts: int, cpus: int) -> dict:
     """Child process (the measured driver): the partitioned decisions."""
-    from tokenmill.pipeline import partitions
-    from tokenmill.pipeline.dedup_partitioned import decide_partitioned
+    from tokenmill.pipeline.dedup import partition_files as partitions
+    from tokenmill.pipeline.dedup.partitioned import decide_partitioned
     from tokenmill.raysession import ray_session
 
     with ray_session(None, cpus):
@@ -197,7 +197,7 @@ def score(work: Path, removals: list[str]) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tokenmill.pipeline.intermediate import StageOutput
+    from tokenmill.pipeline.run.intermediate import StageOutput
 
     truth = pa.concat_tables(pq.read_table(p) for p in sorted((work / "truth").glob("*")))
     removed = {}

@@ -71,7 +71,7 @@ def load_docs(limit: int | None = None) -> tuple[list[str], list[str]]:
 
 def e2e(limit: int | None) -> None:
     """Child mode: fuzzy_dedup over the whole set; prints one JSON line."""
-    from tokenmill.pipeline.minhash import fuzzy_dedup
+    from tokenmill.pipeline.dedup.minhash import fuzzy_dedup
 
     keys, texts = load_docs(limit)
     import tracemalloc
@@ -122,7 +122,7 @@ def main() -> None:
     import rensa
     from datasketch import MinHash
 
-    from tokenmill.pipeline.minhash import minhash_signatures, shingle_hash32, shingles
+    from tokenmill.pipeline.dedup.minhash import minhash_signatures, shingle_hash32, shingles
 
     keys, texts = load_docs(args.limit)
     n = len(texts)
@@ -143,7 +143,7 @@ def main() -> None:
     sig = minhash_signatures(texts, num_perm=128, seed=1)
     t_tm = timed(lambda: minhash_signatures(texts, num_perm=128, seed=1), args.repeat)
     # the numba kernel alone, on UTF-8 bytes (normalization and word splitting included)
-    from tokenmill.pipeline.minhash import kernels, reference, signatures
+    from tokenmill.pipeline.dedup.minhash import kernels, reference, signatures
 
     prepared = [reference.utf8_bytes(x) for x in texts]
     off = np.zeros(n + 1, np.int64)

@@ -1,4 +1,4 @@
-"""Partitioned dedup decisions (tokenmill.pipeline.dedup_partitioned) equal the
+"""Partitioned dedup decisions (tokenmill.pipeline.dedup.partitioned) equal the
 single-process reference (ExactDedup.decide, MinHashDedup.decide) for any partition
 count, and a rerun reuses the partitions already written."""
 
@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tokenmill.pipeline.components import components, node_partition
-from tokenmill.pipeline.dedup import ExactDedup, MinHashDedup
-from tokenmill.pipeline.dedup_partitioned import decide_partitioned, load_removals
-from tokenmill.pipeline.intermediate import StageOutput
-from tokenmill.pipeline.minhash.clusters import component_roots
-from tokenmill.pipeline.minhash.exact import shingle_sets, sorted_jaccard
-from tokenmill.pipeline.partitions import read_partition, write_partitioned
-from tokenmill.pipeline.step import BlockColumns, Document
+from tokenmill.pipeline.dedup.components import components, node_partition
+from tokenmill.pipeline.dedup.minhash.clusters import component_roots
+from tokenmill.pipeline.dedup.minhash.shingle_sets import shingle_sets, sorted_jaccard
+from tokenmill.pipeline.dedup.partition_files import read_partition, write_partitioned
+from tokenmill.pipeline.dedup.partitioned import decide_partitioned, load_removals
+from tokenmill.pipeline.dedup.stages import ExactDedup, MinHashDedup
+from tokenmill.pipeline.run.intermediate import StageOutput
+from tokenmill.pipeline.stage import BlockColumns, Document
 
 FUZZY = {"threshold": 0.8, "ngram": 5, "num_perm": 128, "seed": 1, "exact_check": True}
 

@@ -1,4 +1,4 @@
-"""MinHash-LSH fuzzy dedup (tokenmill.pipeline.minhash) on real corpora."""
+"""MinHash-LSH fuzzy dedup (tokenmill.pipeline.dedup.minhash) on real corpora."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from datasketch import MinHash, MinHashLSH
 from datasketch.lsh import _optimal_param
 
 from tests.shared import corpora
-from tokenmill.pipeline.minhash import (
+from tokenmill.pipeline.dedup.minhash import (
     SHINGLE_BASE,
     FuzzyDedup,
     fmix32,
@@ -30,7 +30,7 @@ from tokenmill.pipeline.minhash import (
     to_minhash,
     word_hash32,
 )
-from tokenmill.pipeline.step import Document
+from tokenmill.pipeline.stage import Document
 from tokenmill.raysession import init_ray
 
 
@@ -80,7 +80,7 @@ def test_kernel_word_lengths_and_block_edges():
     blocks: words of every length from 1 to 70 bytes, ASCII and not, at every offset
     against block edges, with non-ASCII bytes and NFKC expansions near the edges; also
     through the kernel directly with no padding after the last document."""
-    from tokenmill.pipeline.minhash import kernels, signatures
+    from tokenmill.pipeline.dedup.minhash import kernels, signatures
 
     rng = random.Random(5)
     alphabet = "abcXYZ019" + "éßДж中文ﬁ①Ａ" + "\u2019"
@@ -386,7 +386,7 @@ def test_determinism_ray_workers_and_input_order():
 
 
 def test_signature_input_errors():
-    from tokenmill.pipeline.minhash import minhash_signatures
+    from tokenmill.pipeline.dedup.minhash import minhash_signatures
 
     with pytest.raises(ValueError, match="batch_size"):
         minhash_signatures(["a b c"], batch_size=0)

@@ -15,8 +15,7 @@ import pytest
 
 from tests.pipeline.cases.minhash_multicompare import documents
 from tests.shared import shared_data_path
-from tokenmill.pipeline.dedup import MinHashDedup
-from tokenmill.pipeline.minhash import (
+from tokenmill.pipeline.dedup.minhash import (
     FuzzyDedup,
     fuzzy_dedup,
     lsh_params,
@@ -24,8 +23,9 @@ from tokenmill.pipeline.minhash import (
     shingle_sets,
     shingles,
 )
-from tokenmill.pipeline.minhash.exact import SHINGLE_BASE64, sorted_jaccard
-from tokenmill.pipeline.step import BlockColumns, Document
+from tokenmill.pipeline.dedup.minhash.shingle_sets import SHINGLE_BASE64, sorted_jaccard
+from tokenmill.pipeline.dedup.stages import MinHashDedup
+from tokenmill.pipeline.stage import BlockColumns, Document
 from tokenmill.raysession import init_ray
 
 MASK64 = (1 << 64) - 1

@@ -1,4 +1,4 @@
-"""The curation report (tokenmill.pipeline.report) over a small real run folder.
+"""The curation report (tokenmill.pipeline.report.curation_report) over a small real run folder.
 
 The ``run_dir`` fixture builds what ``tokenmill run`` leaves behind from real corpora, with
 this issue's stages (exact dedup by text, Gopher quality, FineWeb, language id, MinHash
@@ -32,11 +32,11 @@ from tokenmill.manifests.schema import (
     load_manifest,
 )
 from tokenmill.manifests.shards import sidecar_path, write_shard
-from tokenmill.pipeline.langid import LanguageFilter
-from tokenmill.pipeline.minhash import FuzzyDedup
-from tokenmill.pipeline.quality import FineWebQualityFilter, GopherQualityFilter
-from tokenmill.pipeline.report import document_waterfall, write_report
-from tokenmill.pipeline.step import Document, Rejection
+from tokenmill.pipeline.dedup.minhash import FuzzyDedup
+from tokenmill.pipeline.document.language import LanguageFilter
+from tokenmill.pipeline.document.quality import FineWebQualityFilter, GopherQualityFilter
+from tokenmill.pipeline.report.curation_report import document_waterfall, write_report
+from tokenmill.pipeline.stage import Document, Rejection
 from tokenmill.tokenizers import get_encoding, identity
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -220,7 +220,7 @@ def _removals_run(out: Path) -> Path:
     out.mkdir()
     (out / "quarantine").mkdir()
     qp = out / "quarantine" / "s.parquet"
-    from tokenmill.pipeline.quarantine import to_table, write_quarantine
+    from tokenmill.pipeline.run.quarantine import to_table, write_quarantine
 
     write_quarantine(qp, to_table(rows))
     counts = SourceCounts(read=20, quarantined={"undecodable_bytes": 1},
@@ -259,7 +259,7 @@ def test_a_corrupt_quarantine_file_is_named_in_one_line(tmp_path, capsys, damage
 
 
 def test_report_shows_examples_of_every_removal_reason(tmp_path):
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     out = _removals_run(tmp_path / "run")
     html_text = write_report(out).html.read_text("utf-8")
@@ -293,7 +293,7 @@ def test_report_shows_examples_of_every_removal_reason(tmp_path):
 
 
 def _report_of(out: Path):
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     m = load_manifest(out)
     stages, remaining = document_waterfall(m)
@@ -324,7 +324,7 @@ def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
     """`tokenmill run` draws the plots in worker processes started before the pipeline
     (matplotlib loaded while it runs); the files are byte-identical to drawing them here,
     the HTML too, and a second report gives the same bytes (deterministic)."""
-    from tokenmill.pipeline.report_plots import PlotWorkers
+    from tokenmill.pipeline.report.plots import PlotWorkers
 
     serial = tmp_path / "serial"
     shutil.copytree(run_dir, serial)
@@ -339,10 +339,10 @@ def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
 
 _KILLED_OWNER = """
 import os, sys
-from tokenmill.pipeline.report_plots import PlotWorkers
+from tokenmill.pipeline.report.plots import PlotWorkers
 if __name__ == "__main__":
     w = PlotWorkers(2).__enter__()
-    w.submit(sys.argv[1], __import__("tokenmill.pipeline.report_plots", fromlist=["x"])
+    w.submit(sys.argv[1], __import__("tokenmill.pipeline.report.plots", fromlist=["x"])
              .PlotSpec("m.png", "t", "c", "mixture", {"tokens": [1], "labels": ["a"]})).result()
     print(" ".join(map(str, w._pool._processes)), flush=True)
     os.kill(os.getpid(), 9)
@@ -384,7 +384,7 @@ def test_removed_tokens_beyond_the_budget_are_sampled_then_estimated(run_dir, mo
     233 MB bench run. Beyond the byte budget a systematic sample per (source, stage) is
     encoded (those counts exact) and the rest estimated from their bytes; the captions
     say so. Under the budget every count is exact and no caption changes."""
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     m = load_manifest(run_dir)
     quarantine = report._read_quarantine(run_dir, m)
@@ -420,7 +420,7 @@ def test_sampled_token_count_encodes_a_bounded_amount_of_text(monkeypatch):
     """Large documents on the sampled rows (each group's first is always sampled) must
     not blow the budget: a sampled text is cut to max(256, budget // sampled rows)
     characters, and its tokens per byte still give the estimate."""
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     encoded: list[int] = []
 

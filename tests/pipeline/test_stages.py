@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from tests.shared import corpora
 from tokenmill.manifests.schema import SourceCounts
-from tokenmill.pipeline import stages
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.executor import run_datamix
-from tokenmill.pipeline.report import STAGE_ORDER
+from tokenmill.pipeline.report.curation_report import STAGE_ORDER
+from tokenmill.pipeline.run import stage_list as stages
+from tokenmill.pipeline.run.executor import run_datamix
 from tokenmill.raysession import ray_session
 
 

@@ -150,7 +150,7 @@ class FilterConfig(_Model):
 
 
 class QualityConfig(_Model):
-    """Quality filters (tokenmill.pipeline.quality); each key present turns that filter on,
+    """Quality filters (tokenmill.pipeline.document.quality); each key present turns that filter on,
     its mapping overrides the published default thresholds."""
 
     gopher_quality: dict[str, Any] | None = None
@@ -160,7 +160,8 @@ class QualityConfig(_Model):
 
 
 class LanguageConfig(_Model):
-    """Language identification (tokenmill.pipeline.langid, model shipped in the package)."""
+    """Language identification (tokenmill.pipeline.document.language, model shipped in
+    the package)."""
 
     languages: list[str] | None = Field(default=None, description="allowed; None: label only")
     min_score: float = Field(default=0.65, ge=0.0, le=1.0)
@@ -168,7 +169,7 @@ class LanguageConfig(_Model):
 
 
 class FuzzyDedupConfig(_Model):
-    """MinHash-LSH near-duplicate removal (tokenmill.pipeline.minhash)."""
+    """MinHash-LSH near-duplicate removal (tokenmill.pipeline.dedup.minhash)."""
 
     threshold: float = Field(default=0.8, gt=0.0, lt=1.0)
     ngram: int = Field(default=5, ge=1)
@@ -182,7 +183,7 @@ class DedupConfig(_Model):
     """How exact and fuzzy dedup are cut into Ray tasks (never what they decide).
 
     ``partitions``: hash partitions of the dedup decisions
-    (:mod:`tokenmill.pipeline.dedup_partitioned`); a partition task holds about
+    (:mod:`tokenmill.pipeline.dedup.partitioned`); a partition task holds about
     ``1/partitions`` of the documents' dedup rows (exact: ~70 bytes per document; fuzzy
     band buckets, the largest: ``bands`` rows of ~90 bytes, ~1.1 KB per document at the
     default 12 bands), so raise it with the corpus size. Measured
