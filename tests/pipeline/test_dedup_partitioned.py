@@ -1,6 +1,6 @@
 """Partitioned dedup decisions (tokenmill.pipeline.dedup.partitioned) equal the
-single-process reference (ExactDedup.decide, MinHashDedup.decide) for any partition
-count, and a rerun reuses the partitions already written."""
+single-process oracle (tests/pipeline/dedup_oracle.py) for any partition count, and a
+rerun reuses the partitions already written."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.pipeline.dedup_oracle import BlockColumns, component_roots, exact_decide, fuzzy_decide
 from tokenmill.pipeline.dedup.components import components, node_partition
-from tokenmill.pipeline.dedup.minhash.clusters import component_roots
 from tokenmill.pipeline.dedup.minhash.shingle_sets import shingle_sets, sorted_jaccard
 from tokenmill.pipeline.dedup.partition_files import read_partition, write_partitioned
 from tokenmill.pipeline.dedup.partitioned import decide_partitioned, load_removals
 from tokenmill.pipeline.dedup.stages import ExactDedup, MinHashDedup
 from tokenmill.pipeline.run.intermediate import StageOutput
-from tokenmill.pipeline.stage import BlockColumns, Document
+from tokenmill.pipeline.stage import Document
 
 FUZZY = {"threshold": 0.8, "ngram": 5, "num_perm": 128, "seed": 1, "exact_check": True}
 
@@ -92,8 +92,8 @@ def _reference(work: Path, digests: list[str], fuzzy: dict):
         return pq.read_table(path, columns=list(dict.fromkeys(["key", *cols])))
     view = BlockColumns(len(digests), read)
     removals = [{} for _ in digests]
-    ExactDedup().decide(view, removals)
-    record = MinHashDedup(**fuzzy).decide(view, removals)
+    exact_decide(view, removals)
+    record = fuzzy_decide(fuzzy, view, removals)
     return removals, record
 
 

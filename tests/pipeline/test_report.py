@@ -14,6 +14,7 @@ import html
 import json
 import re
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.pipeline.dedup_oracle import fuzzy_dedup
 from tests.shared import corpora
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.schema import (
@@ -32,11 +34,11 @@ from tokenmill.manifests.schema import (
     load_manifest,
 )
 from tokenmill.manifests.shards import sidecar_path, write_shard
-from tokenmill.pipeline.dedup.minhash import FuzzyDedup
+from tokenmill.pipeline.dedup.minhash import jaccard_detail
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.quality import FineWebQualityFilter, GopherQualityFilter
 from tokenmill.pipeline.report.curation_report import document_waterfall, write_report
-from tokenmill.pipeline.stage import Document, Rejection
+from tokenmill.pipeline.stage import Document, PipelineStep, Rejection
 from tokenmill.tokenizers import get_encoding, identity
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -50,6 +52,24 @@ def _texts(name: str) -> list[str]:
     return out
 
 
+class _NearDuplicates(PipelineStep):
+    """Fuzzy dedup over the whole stream (the single-process oracle), its removals
+    quarantined as ``tokenmill run`` quarantines them."""
+
+    name = "fuzzy_dedup"
+
+    def run(self, docs: Iterable[Document]) -> Iterator[Document]:
+        docs = list(docs)
+        removed = fuzzy_dedup([d.key for d in docs], [d.text for d in docs]).removed
+        for d in docs:
+            hit = removed.get(d.key)
+            if hit is None:
+                yield d
+            else:
+                self.reject(d, "fuzzy_dedup:duplicate", duplicate_of=hit[0],
+                            detail=jaccard_detail(hit[1], True))
+
+
 def _curate(source: str, texts: list[str], rejected: list[Rejection]):
     docs = [Document(key=f"{source}/data#{i:06d}", source=source, text=t)
             for i, t in enumerate(texts)]
@@ -60,13 +80,13 @@ def _curate(source: str, texts: list[str], rejected: list[Rejection]):
         h = hashlib.sha256(d.text.encode("utf-8", "surrogatepass")).hexdigest()
         if h in seen:
             exact += 1
-            rejected.append(Rejection(d.key, source, "exact_dedup", "exact_duplicate",
+            rejected.append(Rejection(d.key, source, "exact_dedup", "exact_dedup:duplicate",
                                       text=d.text, duplicate_of=seen[h]))
         else:
             seen[h] = d.key
             unique.append(d)
     stages = [GopherQualityFilter(), FineWebQualityFilter(),
-              LanguageFilter(languages=["en", "es", "de", "fr", "it"]), FuzzyDedup()]
+              LanguageFilter(languages=["en", "es", "de", "fr", "it"]), _NearDuplicates()]
     stream = iter(unique)
     for st in stages:
         st.sink = rejected.append

@@ -138,21 +138,16 @@ class DocumentFilter(PipelineStep):
                 self.reject(doc, why)
 
 
-#: per block, removed key -> [kept key, stage name, detail or None]
-Removals = dict[str, list]
-
-
 class GlobalStep:
     """The shape of a cross-document stage (exact and fuzzy dedup).
 
-    Three phases, so that the decision can later be partitioned (by hash) instead of
-    running on one process:
+    Three phases:
 
     1. :meth:`block_columns` on the workers, per block: the per-document columns the
        decision needs (a content hash, a MinHash signature), stored with the block;
-    2. :meth:`decide` over all blocks in the global document order: adds, per block,
-       ``{removed key: [kept key, stage, detail]}`` to ``removals`` (which holds the
-       earlier global stages' decisions) and returns a record for the manifest (or None);
+    2. the decision over all blocks in the global document order, in hash partitions
+       (:mod:`tokenmill.pipeline.dedup.partitioned`): per block, ``{removed key: [kept
+       key, stage, detail]}``, and a record for the manifest (or None);
     3. the removal itself happens per block before tokenization, with quarantine rows
        ``stage=name``, ``reason=f"{name}:duplicate"``, ``duplicate_of`` = kept key.
 
@@ -171,28 +166,7 @@ class GlobalStep:
         """Per-document columns (pyarrow arrays, one value per document of ``docs``)."""
         raise NotImplementedError
 
-    def decide(self, blocks: BlockColumns, removals: list[Removals],
-               progress: bool = False) -> dict[str, Any] | None:  # pragma: no cover
-        raise NotImplementedError
-
     def fingerprint(self) -> str:
         """sha256 of (name, version, config): the stage's part of a content address."""
         blob = json.dumps([self.name, self.version, self.config], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
-
-
-class BlockColumns:
-    """Read access to the blocks' stored columns, for :meth:`GlobalStep.decide`.
-
-    ``read(i, columns)`` returns a ``pyarrow.Table`` of block ``i`` (columns ``key`` and
-    the asked ones, documents in order); ``len()`` is the number of blocks."""
-
-    def __init__(self, n_blocks: int, read: Callable[[int, list[str]], Any]) -> None:
-        self.n_blocks = n_blocks
-        self._read = read
-
-    def __len__(self) -> int:
-        return self.n_blocks
-
-    def read(self, index: int, columns: list[str]) -> Any:
-        return self._read(index, columns)

@@ -1,10 +1,8 @@
 """Exact and MinHash-LSH fuzzy dedup decided in hash partitions on Ray, with no
 per-document state on the driver.
 
-The decisions are those of
-:meth:`ExactDedup.decide <tokenmill.pipeline.dedup.stages.ExactDedup.decide>` and
-:meth:`MinHashDedup.decide <tokenmill.pipeline.dedup.stages.MinHashDedup.decide>` (kept as
-the single-process reference), computed as map/reduce phases over files in
+The decisions (tested against a single-process oracle with the tests) are computed as
+map/reduce phases over files in
 ``work/dedup/<phase>/`` (Arrow IPC, :mod:`tokenmill.pipeline.dedup.partition_files`).
 ``P`` is the datamix's ``dedup.partitions``; a document's id is ``block index << 32 | row``.
 
@@ -36,7 +34,8 @@ Fuzzy dedup (documents exact dedup kept; today's guarantees exactly):
 Then ``join`` (per content-hash partition): an exact duplicate of a document fuzzy dedup
 removed is re-pointed to the document actually kept (detail ``same text as ...``), and
 ``removals`` (per block): the block's ``key, kept, stage, detail`` rows as one parquet
-file, read by its tokenize task (:func:`tokenize_block`).
+file, read by its tokenize task
+(:func:`~tokenmill.pipeline.run.tokenize_task.tokenize_block`).
 
 Memory. A map task holds one block. A reduce task (``exact``, ``fuzzy_buckets``,
 ``join``) holds its partition: about ``1/P`` of all rows of its phase (exact: ~70 bytes a
@@ -86,10 +85,8 @@ from tokenmill.pipeline.dedup.partition_files import (
     write_partitioned,
 )
 from tokenmill.pipeline.dedup.stages import ExactDedup, MinHashDedup, read_signatures
-from tokenmill.pipeline.run.intermediate import StageOutput, content_hash
-from tokenmill.pipeline.run.prepare_task import read_block_columns, write_parquet
-from tokenmill.pipeline.run.tokenize_task import tokenize_unit
-from tokenmill.pipeline.stage import BlockColumns
+from tokenmill.pipeline.run.intermediate import StageOutput, content_hash, write_parquet
+from tokenmill.pipeline.run.prepare_task import read_block_columns
 
 #: part of every phase's content address: bump when a phase's output changes
 VERSION = 1
@@ -320,7 +317,7 @@ def fuzzy_verify(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------
-# join, per-block removals, tokenize
+# join, per-block removals
 # ---------------------------------------------------------------------------------------
 _REMOVALS = pa.schema([("block", pa.int32()), ("row", pa.int32()), ("key", pa.string()),
                        ("kept", pa.string()), ("stage", pa.string()),
@@ -385,14 +382,6 @@ def load_removals(work: str, digest: str) -> dict[str, list]:
     return {k: [kept, st, d] for k, kept, st, d in
             zip(*(t.column(c).to_pylist() for c in ("key", "kept", "stage", "detail")),
                 strict=True)}
-
-
-def tokenize_block(spec: dict[str, Any]) -> dict[str, Any]:
-    """:func:`~tokenmill.pipeline.run.tokenize_task.tokenize_unit` with the block's removals read
-    from ``spec["removals"]`` (a digest under ``spec["dedup_work"]``) on the worker."""
-    spec = dict(spec)
-    spec["duplicates"] = load_removals(spec.pop("dedup_work"), spec.pop("removals"))
-    return tokenize_unit(spec)
 
 
 # ---------------------------------------------------------------------------------------
@@ -475,6 +464,20 @@ def _fuzzy_phases(base: dict[str, Any], prepare: list[str], exact: list[str],
     return [s["digest"] for s in specs], record
 
 
+def _empty_record(stage: MinHashDedup) -> dict[str, Any]:
+    """The fuzzy stage's manifest record over no documents."""
+    f = stage.config
+    bands, rows = lsh_params(f["threshold"], f["num_perm"])
+    counters = dict.fromkeys(("documents", "empty", "candidate_pairs", "candidate_clusters",
+                              "removed", "kept_below_threshold"), 0)
+    if f["exact_check"]:
+        counters |= {"exact_checks": 0, "estimate_false_removals": 0}
+    params = fuzzy_params(f["num_perm"], bands, rows, f["threshold"], f["ngram"], f["seed"],
+                          exact_check=f["exact_check"],
+                          max_representatives=MAX_REPRESENTATIVES)
+    return {"params": params, "counters": counters, "cluster_sizes": {}}
+
+
 def decide_partitioned(prepare_work: str, prepare: list[str],
                        global_stages: list[tuple[str, dict[str, Any]]], parts: int,
                        progress: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -485,7 +488,7 @@ def decide_partitioned(prepare_work: str, prepare: list[str],
     Returns ``(per block, records)``: per block ``{"removals": digest of its removals
     file (``<prepare_work>/dedup/removals/<digest>.parquet``, see :func:`load_removals`),
     "content": digest of the removals, "removed": count}``; records by stage name (the
-    fuzzy stage's manifest record, as :meth:`MinHashDedup.decide` returns it).
+    fuzzy stage's manifest record: ``params``, ``counters``, ``cluster_sizes``).
 
     Raises:
         ValueError: ``parts < 1`` or a global stage this module does not know.
@@ -498,8 +501,8 @@ def decide_partitioned(prepare_work: str, prepare: list[str],
         raise ValueError(f"no partitioned decision for global stage(s) {sorted(unknown)}")
     kw = dict(global_stages)
     if not prepare:  # no block: nothing removed, the fuzzy record of no documents
-        return [], ({MinHashDedup.name: MinHashDedup(**kw[MinHashDedup.name]).decide(
-            BlockColumns(0, lambda i, c: None), [])} if MinHashDedup.name in kw else {})
+        return [], ({MinHashDedup.name: _empty_record(MinHashDedup(**kw[MinHashDedup.name]))}
+                    if MinHashDedup.name in kw else {})
     base = {"work": str(Path(prepare_work) / "dedup"), "prepare_work": prepare_work,
             "parts": parts}
     exact: list[str] = []

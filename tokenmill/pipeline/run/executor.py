@@ -43,7 +43,7 @@ from tokenmill.manifests.schema import (
 )
 from tokenmill.manifests.shards import version_for_vocab
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.dedup.partitioned import decide_partitioned, tokenize_block
+from tokenmill.pipeline.dedup.partitioned import decide_partitioned
 from tokenmill.pipeline.read.readers import is_whole_file, printable_name
 from tokenmill.pipeline.read.sources import ResolvedSource, resolve_sources
 from tokenmill.pipeline.run import prepare_task as block_work
@@ -51,7 +51,7 @@ from tokenmill.pipeline.run import stage_list as stages
 from tokenmill.pipeline.run.accounting import file_documents, source_entry, source_warnings
 from tokenmill.pipeline.run.intermediate import content_hash
 from tokenmill.pipeline.run.shard_writer import write_source
-from tokenmill.pipeline.run.tokenize_task import META_COLUMNS
+from tokenmill.pipeline.run.tokenize_task import META_COLUMNS, tokenize_block
 from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import TokenizerIdentity, identity
 

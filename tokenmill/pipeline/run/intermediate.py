@@ -13,10 +13,14 @@ import hashlib
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from tokenmill.atomic import atomic_write_text, sha256_file
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill.atomic import atomic_open, atomic_write_text, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +77,17 @@ class StageOutput:
                 "info": info}
         atomic_write_text(self.done_path, json.dumps(done, sort_keys=True))
         return done
+
+
+def write_parquet(path: Path, table: pa.Table) -> None:
+    """Write ``table`` atomically as zstd parquet."""
+    with atomic_open(path) as f:
+        pq.write_table(table, f, compression="zstd")
+
+
+def fault_injection_delay() -> None:
+    """``TOKENMILL_TASK_DELAY_S``: seconds each task sleeps first. Only for fault-injection
+    tests (killing a worker mid-task needs a task that lasts); never set in production."""
+    delay = float(os.environ.get("TOKENMILL_TASK_DELAY_S", "0") or 0)
+    if delay > 0:
+        time.sleep(delay)

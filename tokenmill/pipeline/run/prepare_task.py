@@ -36,10 +36,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tokenmill.atomic import atomic_open, sha256_file
+from tokenmill.atomic import sha256_file
 from tokenmill.pipeline.read.readers import printable_name, read_file
 from tokenmill.pipeline.run import quarantine
-from tokenmill.pipeline.run.intermediate import StageOutput, content_hash
+from tokenmill.pipeline.run.intermediate import (
+    StageOutput,
+    content_hash,
+    fault_injection_delay,
+    write_parquet,
+)
 from tokenmill.pipeline.run.stage_list import STAGES, build_stage, metadata_columns
 from tokenmill.pipeline.stage import Document, Rejection
 
@@ -50,20 +55,6 @@ READ_SETTINGS = ("source", "text_field", "max_document_bytes", "limit", "block_d
 #: the document stages whose removals are quarantined rows (``counts="quarantined"``): a
 #: file none of whose rows passes them yields no document
 QUARANTINING = frozenset(s.name for s in STAGES if s.counts == "quarantined")
-
-
-def write_parquet(path: Path, table: pa.Table) -> None:
-    """Write ``table`` atomically as zstd parquet."""
-    with atomic_open(path) as f:
-        pq.write_table(table, f, compression="zstd")
-
-
-def fault_injection_delay() -> None:
-    """``TOKENMILL_TASK_DELAY_S``: seconds each task sleeps first. Only for fault-injection
-    tests (killing a worker mid-task needs a task that lasts); never set in production."""
-    delay = float(os.environ.get("TOKENMILL_TASK_DELAY_S", "0") or 0)
-    if delay > 0:
-        time.sleep(delay)
 
 
 def _unit_items(spec: dict[str, Any], skip: int

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill.pipeline.dedup.partitioned import load_removals
 from tokenmill.pipeline.run import quarantine
-from tokenmill.pipeline.run.intermediate import StageOutput
-from tokenmill.pipeline.run.prepare_task import fault_injection_delay, write_parquet
+from tokenmill.pipeline.run.intermediate import StageOutput, fault_injection_delay, write_parquet
 from tokenmill.pipeline.run.stage_list import build_stage, metadata_columns
 from tokenmill.pipeline.stage import Rejection
 
@@ -24,10 +24,9 @@ from tokenmill.pipeline.stage import Rejection
 META_COLUMNS = tuple(c for c, _ in metadata_columns())
 
 
-def _drop_removed(spec: dict[str, Any], keys: list[str], texts: list[str]
+def _drop_removed(source: str, removals: dict[str, list], keys: list[str], texts: list[str]
                   ) -> tuple[list[int], list[Rejection], Counter]:
     """Indices kept, quarantine rows of the removed, removed count per stage."""
-    removals: dict[str, list] = spec["duplicates"]
     kept_idx: list[int] = []
     rejected: list[Rejection] = []
     removed: Counter = Counter()
@@ -35,7 +34,7 @@ def _drop_removed(spec: dict[str, Any], keys: list[str], texts: list[str]
         if k in removals:
             twin, stage, detail = removals[k]
             removed[stage] += 1
-            rejected.append(Rejection(key=k, source=spec["source"], stage=stage,
+            rejected.append(Rejection(key=k, source=source, stage=stage,
                                       reason=f"{stage}:duplicate", text=texts[i],
                                       duplicate_of=twin, detail=detail))
         else:
@@ -43,11 +42,12 @@ def _drop_removed(spec: dict[str, Any], keys: list[str], texts: list[str]
     return kept_idx, rejected, removed
 
 
-def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
+def tokenize_block(spec: dict[str, Any]) -> dict[str, Any]:
     """Tokenize one prepared block, less its documents removed by the global stages.
 
-    ``spec`` keys: work, digest, prepare_digest, source, duplicates (key -> [kept key,
-    stage, detail]), stage (``(name, constructor kwargs)`` of the tokenize stage).
+    ``spec`` keys: work, digest, prepare_digest, source, removals (the digest of the
+    block's removals file under ``dedup_work``: key -> [kept key, stage, detail]), stage
+    (``(name, constructor kwargs)`` of the tokenize stage).
     Returns info: ``docs_in``, ``removed`` (stage -> documents), ``kept``, ``tokens``,
     ``reused``, ``recovered``.
     """
@@ -60,7 +60,8 @@ def tokenize_unit(spec: dict[str, Any]) -> dict[str, Any]:
                           .path(".docs.parquet"))
     keys = table.column("key").to_pylist()
     texts = table.column("text").to_pylist()
-    kept_idx, rejected, removed = _drop_removed(spec, keys, texts)
+    removals = load_removals(spec["dedup_work"], spec["removals"])
+    kept_idx, rejected, removed = _drop_removed(spec["source"], removals, keys, texts)
     step = build_stage(*spec["stage"])
     kept_keys = [keys[i] for i in kept_idx]
     tokens, lengths, splits = step.encode(kept_keys, [texts[i] for i in kept_idx])

@@ -1,10 +1,10 @@
-"""Duplicate clusters from LSH candidate edges: union-find, then a check of every member
+"""Duplicate clusters from LSH candidate edges: a check of every member
 against kept documents of its cluster (no transitive chains; see the package docstring).
 
 Two checks:
 
 * :func:`verify_exact` (the default): the MinHash estimate only proposes; a member is
-  removed only when the exact Jaccard of its shingle set (:mod:`.exact`) with a kept
+  removed only when the exact Jaccard of its shingle set (:mod:`.shingle_sets`) with a kept
   document is at or above the threshold. Each member is compared with at most
   ``max_representatives`` kept documents (the first ones of its cluster, in key order)
   plus, for each LSH band bucket it shares with an earlier document, that bucket's first
@@ -23,30 +23,6 @@ import numba
 import numpy as np
 
 from tokenmill.pipeline.dedup.minhash.shingle_sets import sorted_jaccard
-
-
-@numba.njit(cache=True)
-def _union_find(n, edges):
-    parent = np.arange(n)
-    for k in range(edges.shape[0]):
-        x = edges[k, 0]
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        y = edges[k, 1]
-        while parent[y] != y:
-            parent[y] = parent[parent[y]]
-            y = parent[y]
-        if x < y:
-            parent[y] = x
-        elif y < x:
-            parent[x] = y
-    for i in range(n):
-        r = i
-        while parent[r] != r:
-            r = parent[r]
-        parent[i] = r
-    return parent
 
 
 @numba.njit(cache=True)
@@ -157,38 +133,6 @@ def _verify_exact(sig, members, bounds, head_ptr, head_idx, set_row, values, off
                 nrep += 1
 
 
-# ---------------------------------------------------------------------------------------
-
-
-def component_roots(n: int, edges: np.ndarray) -> np.ndarray:
-    """int64[n]: for every node ``0..n-1`` the smallest node of its connected component
-    under the int64 ``(m, 2)`` ``edges`` (union-find with path halving)."""
-    if not n:
-        return np.empty(0, np.int64)
-    return _union_find(n, np.ascontiguousarray(edges, dtype=np.int64)).astype(np.int64)
-
-
-def union_find_clusters(n: int, edges: np.ndarray
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Union-find clusters of the candidate ``edges`` (int64 ``(m, 2)``) over ``n``
-    documents (indices in key order).
-
-    Returns ``(sizes, members, bounds)``: int64[n] the size of the cluster rooted at each
-    index; int64 the members of the clusters of size >= 2, grouped by cluster, ascending
-    inside each; int64 the clusters' start offsets in ``members`` plus its length.
-    """
-    if not n:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.zeros(1, np.int64)
-    root = _union_find(n, edges)
-    sizes = np.bincount(root, minlength=n)
-    in_cluster = np.flatnonzero(sizes[root] > 1)
-    grp = np.lexsort((in_cluster, root[in_cluster]))
-    members = in_cluster[grp].astype(np.int64)
-    r = root[members]
-    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(r) else np.empty(0, int)
-    return sizes, members, np.r_[starts, len(members)].astype(np.int64)
-
-
 def verify_estimate(sig: np.ndarray, members: np.ndarray, bounds: np.ndarray,
                     threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """The estimate-only check (``exact_check=False``): ``(twin, sim)``, int64[n] the kept
@@ -219,7 +163,8 @@ def verify_exact(sig: np.ndarray, members: np.ndarray, bounds: np.ndarray,
 
     Args:
         sig: uint32[n, P] signatures (documents in key order).
-        members, bounds: from :func:`union_find_clusters`.
+        members, bounds: the members of the clusters of size >= 2, grouped by cluster,
+            ascending inside each, and the clusters' start offsets plus the length.
         edges: int64[m, 2] LSH candidate edges ``(bucket's first document, member)``.
         set_row: int64[n], row of each cluster member in ``offsets`` (-1 elsewhere).
         values, offsets: the members' shingle sets from

@@ -1,15 +1,12 @@
-"""LSH banding of MinHash signatures: the (bands, rows) choice and candidate edges, the
-bands grouped in Ray tasks (Leskovec, Rajaraman & Ullman, *Mining of Massive Datasets*
+"""LSH banding of MinHash signatures: the (bands, rows) choice and the candidate edges of
+a range of bands (Leskovec, Rajaraman & Ullman, *Mining of Massive Datasets*
 ch. 3; the weighted choice is datasketch's ``_optimal_param``)."""
 
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
-
-from tokenmill.raysession import ray_session
 
 
 @functools.lru_cache(maxsize=64)
@@ -63,35 +60,3 @@ def band_edges(sig: np.ndarray, valid: np.ndarray, band_lo: int, band_hi: int,
     if not out:
         return np.empty((0, 2), np.int64)
     return np.unique(np.concatenate(out).astype(np.int64), axis=0)
-
-
-def _ray_band_edges(sig, valid, band_lo, band_hi, rows):
-    return band_edges(sig, valid, band_lo, band_hi, rows)
-
-
-def lsh_candidate_edges(sig: np.ndarray, valid: np.ndarray, bands: int, rows: int,
-                        n_tasks: int | None = None) -> np.ndarray:
-    """All LSH candidate edges, bands split over Ray tasks (a new local Ray with at most 2
-    CPUs, through :func:`tokenmill.raysession.ray_session`, if Ray is not initialized).
-    Same result for any ``n_tasks``/worker count: int64 ``(m, 2)``, unique, sorted."""
-    with ray_session(num_cpus=min(2, os.cpu_count() or 1)):
-        return _candidate_edges(sig, valid, bands, rows, n_tasks)
-
-
-def _candidate_edges(sig: np.ndarray, valid: np.ndarray, bands: int, rows: int,
-                     n_tasks: int | None) -> np.ndarray:
-    import ray
-
-    if n_tasks is None:
-        n_tasks = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    n_tasks = max(1, min(n_tasks, bands))
-    remote = ray.remote(num_cpus=1)(_ray_band_edges)
-    sig_ref = ray.put(sig)
-    valid_ref = ray.put(valid)
-    bounds = np.linspace(0, bands, n_tasks + 1).astype(int)
-    futs = [remote.remote(sig_ref, valid_ref, int(lo), int(hi), rows)
-            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
-    parts = ray.get(futs)
-    if not parts:
-        return np.empty((0, 2), np.int64)
-    return np.unique(np.concatenate(parts), axis=0)
