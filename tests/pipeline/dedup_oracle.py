@@ -1,5 +1,6 @@
 """The single-process dedup decisions: the test oracle of the partitioned dedup that
-``tokenmill run`` runs (:mod:`tokenmill.pipeline.dedup.partitioned`).
+``tokenmill run`` runs (:mod:`tokenmill.pipeline.dedup.exact`,
+:mod:`tokenmill.pipeline.dedup.fuzzy`).
 
 One process holds a 16-byte hash and a key per document (exact dedup) and ``num_perm * 4``
 bytes and a key per exact-unique document (fuzzy dedup), so this is for tests and
@@ -28,6 +29,7 @@ import numba
 import numpy as np
 from tqdm import tqdm
 
+from tokenmill.pipeline.dedup.fuzzy import read_signatures
 from tokenmill.pipeline.dedup.minhash import (
     candidate_shingle_sets,
     fuzzy_params,
@@ -37,7 +39,6 @@ from tokenmill.pipeline.dedup.minhash import (
 )
 from tokenmill.pipeline.dedup.minhash.clusters import verify_estimate, verify_exact
 from tokenmill.pipeline.dedup.minhash.lsh import band_edges
-from tokenmill.pipeline.dedup.stages import read_signatures
 
 #: per block, removed key -> [kept key, stage name, detail or None]
 Removals = dict[str, list]

@@ -1,4 +1,4 @@
-"""Partitioned dedup decisions (tokenmill.pipeline.dedup.partitioned) equal the
+"""Partitioned dedup decisions (tokenmill.pipeline.dedup.exact and .fuzzy) equal the
 single-process oracle (tests/pipeline/dedup_oracle.py) for any partition count, and a
 rerun reuses the partitions already written."""
 
@@ -14,11 +14,12 @@ import pytest
 
 from tests.pipeline.dedup_oracle import BlockColumns, component_roots, exact_decide, fuzzy_decide
 from tokenmill.pipeline.dedup.components import components, node_partition
+from tokenmill.pipeline.dedup.exact import ExactDedup
+from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
 from tokenmill.pipeline.dedup.minhash.shingle_sets import shingle_sets, sorted_jaccard
-from tokenmill.pipeline.dedup.partition_files import read_partition, write_partitioned
-from tokenmill.pipeline.dedup.partitioned import decide_partitioned, load_removals
-from tokenmill.pipeline.dedup.stages import ExactDedup, MinHashDedup
 from tokenmill.pipeline.run.intermediate import StageOutput
+from tokenmill.pipeline.run.partition_files import read_partition, write_partitioned
+from tokenmill.pipeline.run.removals import decide_global, load_removals
 from tokenmill.pipeline.stage import Document
 
 FUZZY = {"threshold": 0.8, "ngram": 5, "num_perm": 128, "seed": 1, "exact_check": True}
@@ -98,8 +99,8 @@ def _reference(work: Path, digests: list[str], fuzzy: dict):
 
 
 def _partitioned(work: Path, digests: list[str], fuzzy: dict, parts: int):
-    per_block, records = decide_partitioned(
-        str(work), digests, [("exact_dedup", {}), ("fuzzy_dedup", fuzzy)], parts)
+    per_block, records = decide_global(
+        str(work), digests, [ExactDedup(), MinHashDedup(**fuzzy)], parts)
     removals = [load_removals(str(work / "dedup"), b["removals"]) for b in per_block]
     assert [b["removed"] for b in per_block] == [len(r) for r in removals]
     return removals, records["fuzzy_dedup"]
@@ -211,7 +212,7 @@ def test_distributed_components_equal_union_find(tmp_path, parts):
     out = StageOutput(work, "fuzzy_buckets", "g")
     write_partitioned(out.path(".arrow"), pa.table({"head": e[:, 0], "member": e[:, 1]}),
                       node_partition(e[:, 1], parts), parts)
-    final, info = components({"work": work, "parts": parts}, ["g"], 4, False)
+    final, info = components(work, parts, ["g"], 4, False)
     got = pa.concat_tables(read_partition(StageOutput(work, "cc_final", d)
                                           .path(".members.arrow")) for d in final)
     labels = dict(zip(got.column("id").to_pylist(), got.column("label").to_pylist(),

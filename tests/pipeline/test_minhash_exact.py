@@ -16,6 +16,7 @@ import pytest
 from tests.pipeline.cases.minhash_multicompare import documents
 from tests.pipeline.dedup_oracle import BlockColumns, fuzzy_decide, fuzzy_dedup
 from tests.shared import shared_data_path
+from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
 from tokenmill.pipeline.dedup.minhash import (
     jaccard_detail,
     lsh_params,
@@ -24,7 +25,6 @@ from tokenmill.pipeline.dedup.minhash import (
     shingles,
 )
 from tokenmill.pipeline.dedup.minhash.shingle_sets import SHINGLE_BASE64, sorted_jaccard
-from tokenmill.pipeline.dedup.stages import MinHashDedup
 from tokenmill.pipeline.stage import Document
 
 MASK64 = (1 << 64) - 1

@@ -38,7 +38,7 @@ from tokenmill.pipeline.dedup.minhash import jaccard_detail
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.quality import FineWebQualityFilter, GopherQualityFilter
 from tokenmill.pipeline.report.curation_report import document_waterfall, write_report
-from tokenmill.pipeline.stage import Document, PipelineStep, Rejection
+from tokenmill.pipeline.stage import Document, DocumentStage, Rejection
 from tokenmill.tokenizers import get_encoding, identity
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -52,7 +52,7 @@ def _texts(name: str) -> list[str]:
     return out
 
 
-class _NearDuplicates(PipelineStep):
+class _NearDuplicates(DocumentStage):
     """Fuzzy dedup over the whole stream (the single-process oracle), its removals
     quarantined as ``tokenmill run`` quarantines them."""
 

@@ -183,7 +183,7 @@ class DedupConfig(_Model):
     """How exact and fuzzy dedup are cut into Ray tasks (never what they decide).
 
     ``partitions``: hash partitions of the dedup decisions
-    (:mod:`tokenmill.pipeline.dedup.partitioned`); a partition task holds about
+    (:mod:`tokenmill.pipeline.dedup.fuzzy`); a partition task holds about
     ``1/partitions`` of the documents' dedup rows (exact: ~70 bytes per document; fuzzy
     band buckets, the largest: ``bands`` rows of ~90 bytes, ~1.1 KB per document at the
     default 12 bands), so raise it with the corpus size. Measured

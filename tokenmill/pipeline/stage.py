@@ -1,15 +1,27 @@
-"""The one shape of every curation stage (after datatrove's ``PipelineStep``).
+"""The two shapes of a curation stage (after datatrove's ``PipelineStep``): one for
+per-document stages, one for cross-document (global) stages.
 
-A stage is a small class holding its config, with one ``run`` over a stream of
-:class:`Document`. Calling the stage wraps ``run`` with counters (documents in, out,
-rejected by reason) and wall time. A document a stage removes is never silently
-dropped: the stage calls :meth:`PipelineStep.reject`, which counts it and hands it to
-the quarantine sink with the stage name and reason.
+Every stage is a small class holding its config (its constructor's keyword arguments),
+with a ``name`` and a ``version`` that, with the config, make its :meth:`fingerprint`
+(its part of the content address of what it produces). The stage list that the
+executor runs is :data:`tokenmill.pipeline.run.stage_list.STAGES`; nothing outside a
+stage's own module names it.
 
-The two cross-document stages (exact and fuzzy dedup) have the same small shape,
-:class:`GlobalStep`: a name, a version, a config and its fingerprint, plus per-block
-columns and a decision over all blocks. The stage list itself is
-:data:`tokenmill.pipeline.run.stage_list.STAGES`.
+:class:`DocumentStage`
+    one ``run`` over a stream of :class:`Document`, on a Ray worker, per block. Calling
+    the stage wraps ``run`` with counters (documents in, out, rejected by reason) and
+    wall time. A document a stage removes is never silently dropped: the stage calls
+    :meth:`DocumentStage.reject`, which counts it and hands it to the quarantine sink
+    with the stage name and reason. :class:`DocumentFilter` is the common case (a reason
+    or ``None`` per document).
+:class:`GlobalStage`
+    per-document columns computed per block on the workers (:meth:`GlobalStage.block_columns`,
+    stored with the prepared block), then one :meth:`GlobalStage.decide` over all blocks
+    in the global document order, which may start Ray tasks of its own and returns a
+    :class:`GlobalDecision`: the removals of this and the earlier global stages, as
+    files grouped by block (:mod:`tokenmill.pipeline.run.removals`), and a manifest
+    record. A removed document is quarantined with ``stage=name``,
+    ``reason=f"{name}:duplicate"`` and ``duplicate_of`` the kept document's key.
 """
 
 from __future__ import annotations
@@ -52,13 +64,15 @@ class Rejection:
 
 
 @dataclass
-class StepStats:
+class StageStats:
+    """Counters of a document stage over the documents it saw."""
+
     docs_in: int = 0
     docs_out: int = 0
     rejected: Counter = field(default_factory=Counter)
     seconds: float = 0.0
 
-    def merge(self, other: StepStats) -> None:
+    def merge(self, other: StageStats) -> None:
         self.docs_in += other.docs_in
         self.docs_out += other.docs_out
         self.rejected.update(other.rejected)
@@ -69,21 +83,44 @@ class StepStats:
                 "rejected": dict(sorted(self.rejected.items()))}
 
 
-class PipelineStep:
-    """Base class of a stage. Subclasses set ``name`` and ``version`` and implement
-    :meth:`run`; their constructor keyword arguments are their config.
+class Configured:
+    """A name, a version and a config (the constructor's keyword arguments), and their
+    fingerprint.
 
-    ``version`` is part of the stage's content address: bump it when the stage's
-    output for the same input changes, so that stale cached outputs are not reused.
+    ``version`` is part of the content address of what the object produces: bump it when
+    its output for the same input changes, so that stale cached outputs are not reused.
     """
 
-    name: ClassVar[str] = "step"
+    name: ClassVar[str] = "stage"
     version: ClassVar[int] = 1
 
     def __init__(self, **config: Any) -> None:
         self.config: dict[str, Any] = dict(config)
-        self.stats = StepStats()
+
+    def fingerprint(self) -> str:
+        """sha256 of (name, version, config): the object's part of a content address."""
+        blob = json.dumps([self.name, self.version, self.config], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class DocumentStage(Configured):
+    """Base class of a per-document stage. Subclasses set ``name`` and ``version`` and
+    implement :meth:`run`; their constructor keyword arguments are their config.
+
+    Besides ``stats``, a stage may count in ``self.extra`` (a ``Counter``): extra counters
+    the manifest records in the stage's ``extra_field`` (see
+    :class:`~tokenmill.pipeline.run.stage_list.StageDef`).
+    """
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
         self.sink: Callable[[Rejection], None] | None = None
+        self.reset_counters()
+
+    def reset_counters(self) -> None:
+        """Zero ``stats`` and ``extra`` (a task reuses one stage object for its blocks)."""
+        self.stats = StageStats()
+        self.extra: Counter = Counter()
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:  # pragma: no cover
         raise NotImplementedError
@@ -113,13 +150,8 @@ class PipelineStep:
             self.stats.docs_out += 1
             yield d
 
-    def fingerprint(self) -> str:
-        """sha256 of (name, version, config): the stage's part of a content address."""
-        blob = json.dumps([self.name, self.version, self.config], sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()
 
-
-class DocumentFilter(PipelineStep):
+class DocumentFilter(DocumentStage):
     """A stage that keeps or removes each document independently.
 
     Subclasses implement :meth:`reason`: ``None`` keeps the document, a string names why
@@ -138,35 +170,68 @@ class DocumentFilter(PipelineStep):
                 self.reject(doc, why)
 
 
-class GlobalStep:
-    """The shape of a cross-document stage (exact and fuzzy dedup).
+@dataclass(frozen=True)
+class GlobalDecision:
+    """What the global stages decided so far.
 
-    Three phases:
-
-    1. :meth:`block_columns` on the workers, per block: the per-document columns the
-       decision needs (a content hash, a MinHash signature), stored with the block;
-    2. the decision over all blocks in the global document order, in hash partitions
-       (:mod:`tokenmill.pipeline.dedup.partitioned`): per block, ``{removed key: [kept
-       key, stage, detail]}``, and a record for the manifest (or None);
-    3. the removal itself happens per block before tokenization, with quarantine rows
-       ``stage=name``, ``reason=f"{name}:duplicate"``, ``duplicate_of`` = kept key.
-
-    Subclasses set ``name``, ``version`` and ``columns`` (the names :meth:`block_columns`
-    returns); their constructor keyword arguments are their config.
+    Attributes:
+        removals: the removal files of this and every earlier global stage, names
+            relative to :attr:`GlobalContext.work`: partitioned files
+            (:mod:`tokenmill.pipeline.run.partition_files`) grouped by block (partition
+            ``i`` = block ``i``), columns of :data:`tokenmill.pipeline.run.removals.REMOVALS`.
+            A document appears in at most one of them.
+        record: the stage's manifest record (the manifest field of the stage's name), or
+            None.
+        same_text_by_hash: every removal's kept document has the removed one's text, and
+            ``removals`` are ``parts`` files, file ``p`` holding the removals whose
+            content hash (the blocks' ``hash`` column) falls in partition ``p`` (exact
+            dedup's decision: a later stage may then re-point them).
     """
 
-    name: ClassVar[str] = "global"
-    version: ClassVar[int] = 1
-    columns: ClassVar[tuple[str, ...]] = ()
+    removals: tuple[str, ...] = ()
+    record: dict[str, Any] | None = None
+    same_text_by_hash: bool = False
 
-    def __init__(self, **config: Any) -> None:
-        self.config: dict[str, Any] = dict(config)
+
+@dataclass(frozen=True)
+class GlobalContext:
+    """What :meth:`GlobalStage.decide` decides over.
+
+    Attributes:
+        work: folder of the global stages' files (``<output>/work/dedup``).
+        prepare_work: folder of the prepared blocks (``<output>/work``).
+        blocks: the prepared blocks' digests, in the global document order (source,
+            unit, row); read their columns with
+            :func:`~tokenmill.pipeline.run.prepare_task.read_block_columns`.
+        parts: hash partitions of the decision (the datamix's ``dedup.partitions``).
+        progress: show progress bars.
+        earlier: the decision of the global stages before this one (None: it is the first).
+    """
+
+    work: str
+    prepare_work: str
+    blocks: tuple[str, ...]
+    parts: int
+    progress: bool = False
+    earlier: GlobalDecision | None = None
+
+
+class GlobalStage(Configured):
+    """Base class of a cross-document stage. Subclasses set ``name``, ``version`` and
+    ``columns`` (the names :meth:`block_columns` returns) and implement both methods;
+    their constructor keyword arguments are their config.
+
+    The decision must not depend on the number of Ray workers or on ``parts``, and must
+    leave out the documents earlier global stages removed
+    (:meth:`~tokenmill.pipeline.run.removals.Shuffle.removed_rows`).
+    """
+
+    columns: ClassVar[tuple[str, ...]] = ()
 
     def block_columns(self, docs: list[Document]) -> dict[str, Any]:  # pragma: no cover
         """Per-document columns (pyarrow arrays, one value per document of ``docs``)."""
         raise NotImplementedError
 
-    def fingerprint(self) -> str:
-        """sha256 of (name, version, config): the stage's part of a content address."""
-        blob = json.dumps([self.name, self.version, self.config], sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()
+    def decide(self, ctx: GlobalContext) -> GlobalDecision:  # pragma: no cover
+        """The removals of this stage added to ``ctx.earlier``'s, and its manifest record."""
+        raise NotImplementedError

@@ -32,7 +32,7 @@ import importlib.resources
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from tokenmill.pipeline.stage import Document, PipelineStep
+from tokenmill.pipeline.stage import Document, DocumentStage
 
 BACKENDS = ("fasttext", "py3langid")
 
@@ -89,7 +89,7 @@ def detect_language(text: str, backend: str = "fasttext",
     return str(lang), float(prob)
 
 
-class LanguageFilter(PipelineStep):
+class LanguageFilter(DocumentStage):
     """Label each document with its language and keep the allowed ones.
 
     Sets ``doc.metadata["language"]`` (ISO 639 code, ``"und"`` for empty text) and

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.stage import Document, PipelineStep
+from tokenmill.pipeline.stage import Document, DocumentStage
 
 _CC_PREFIX = re.compile(r"^(?:cc_re__)+")
 
@@ -53,7 +53,7 @@ def document_licenses(attributes: dict | None) -> list[str]:
     return sorted({cc_attribute_license(k) for k in attributes if k.startswith("cc_")})
 
 
-class DocumentLicenseGate(PipelineStep):
+class DocumentLicenseGate(DocumentStage):
     """Reject documents whose per-document license has a denied term.
 
     Reads ``doc.metadata["attributes"]`` (Dolma schema). Sets
@@ -66,7 +66,6 @@ class DocumentLicenseGate(PipelineStep):
     def __init__(self, deny_terms: list[str]) -> None:
         super().__init__(deny_terms=sorted(deny_terms))
         self.deny = set(deny_terms)
-        self.accepted: dict[str, int] = {}
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:
         for doc in docs:
@@ -79,6 +78,6 @@ class DocumentLicenseGate(PipelineStep):
                 self.reject(doc, f"license:{denied[0]}")
                 continue
             lic = "+".join(lics)
-            self.accepted[lic] = self.accepted.get(lic, 0) + 1
+            self.extra[lic] += 1  # accepted documents per license
             doc.metadata["license"] = lic
             yield doc

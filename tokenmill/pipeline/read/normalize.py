@@ -17,7 +17,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable, Iterator
 
-from tokenmill.pipeline.stage import Document, PipelineStep
+from tokenmill.pipeline.stage import Document, DocumentStage
 
 _NEWLINES = (0x0B, 0x0C, 0x0D, 0x85, 0x2028, 0x2029)
 # Unicode category Cc: U+0000..U+001F and U+007F..U+009F: line breaks → LF, TAB and LF
@@ -38,7 +38,7 @@ def normalize_text(text: str) -> str:
     return text
 
 
-class Normalize(PipelineStep):
+class Normalize(DocumentStage):
     name = "normalize"
     version = 2  # 2: line/page separators become "\\n" instead of being deleted
 

@@ -62,7 +62,7 @@ from tokenmill.atomic import atomic_write_text
 from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manifest
 from tokenmill.manifests.summary import license_family
 from tokenmill.pipeline.report.plots import PlotSpec, PlotWorkers, render
-from tokenmill.pipeline.run.stage_list import STAGES, stage_order
+from tokenmill.pipeline.run import stage_list
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +74,14 @@ EXAMPLE_CHARS = 300
 #: sample of about that many characters (see ``_count_tokens``)
 TOKEN_COUNT_BUDGET = 8_000_000
 
-# The pipeline's stage order (tokenmill.pipeline.run.stage_list.STAGES); "quarantine" stands for
-# rows quarantined while reading in manifests without per-stage counters; unknown stage
-# names go after these.
-_ORDER = stage_order()
-STAGE_ORDER = (*_ORDER[:2], "quarantine", *_ORDER[2:])
+
+
+def report_stage_order() -> tuple[str, ...]:
+    """The pipeline's stage order (:data:`tokenmill.pipeline.run.stage_list.STAGES`, read
+    when the report is written); ``"quarantine"`` stands for rows quarantined while
+    reading in manifests without per-stage counters; unknown stage names go after these."""
+    order = stage_list.stage_order()
+    return (*order[:2], "quarantine", *order[2:])
 
 
 @dataclass
@@ -105,7 +108,8 @@ def _stage_removed(counters: dict[str, Any]) -> int | None:
 
 
 def _stage_key(name: str) -> tuple[int, str]:
-    return (STAGE_ORDER.index(name), name) if name in STAGE_ORDER else (len(STAGE_ORDER), name)
+    order = report_stage_order()
+    return (order.index(name), name) if name in order else (len(order), name)
 
 
 def column_label(stage: str) -> str:
@@ -121,7 +125,7 @@ def _family_prefixes() -> tuple[str, ...]:
     """Reason prefixes of the stages whose reasons are license ids shown by family (the
     stages feeding a ``SourceCounts`` field marked ``by_family``)."""
     out = []
-    for st in STAGES:
+    for st in stage_list.STAGES:
         extra = SourceCounts.model_fields[st.counts].json_schema_extra if st.counts else None
         if isinstance(extra, dict) and extra.get("by_family") and st.strip_prefix:
             out.append(st.strip_prefix)

@@ -26,7 +26,8 @@ from tokenmill.manifests.schema import (
 )
 from tokenmill.pipeline.read.readers import printable_name
 from tokenmill.pipeline.read.sources import ResolvedSource
-from tokenmill.pipeline.run.stage_list import STAGES, StageDef
+from tokenmill.pipeline.run import stage_list
+from tokenmill.pipeline.run.stage_list import StageDef
 
 
 @dataclass
@@ -50,7 +51,7 @@ class _Agg:
 def _aggregate(blocks: list[tuple[dict, dict]]) -> tuple[int, int, dict[str, _Agg]]:
     """(rows read, documents kept, per stage name its counters) over ``blocks``, each
     ``(prepare info, tokenize info)``."""
-    aggs = {s.name: _Agg() for s in STAGES}
+    aggs = {s.name: _Agg() for s in stage_list.STAGES}
     read = kept = 0
     for p, t in blocks:
         read += p["read"]
@@ -64,7 +65,7 @@ def _aggregate(blocks: list[tuple[dict, dict]]) -> tuple[int, int, dict[str, _Ag
 
 def _manifest_stages(read: int, aggs: dict[str, _Agg]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for s in STAGES:
+    for s in stage_list.STAGES:
         a = aggs[s.name]
         if not s.in_manifest:
             continue
@@ -81,7 +82,7 @@ def _manifest_stages(read: int, aggs: dict[str, _Agg]) -> dict[str, dict[str, An
 
 def _counts(read: int, kept: int, aggs: dict[str, _Agg]) -> SourceCounts:
     fields: dict[str, Any] = {"read": read, "kept": kept}
-    for s in STAGES:
+    for s in stage_list.STAGES:
         if s.counts is None:
             continue
         rejected = aggs[s.name].rejected
@@ -95,7 +96,7 @@ def _counts(read: int, kept: int, aggs: dict[str, _Agg]) -> SourceCounts:
 
 
 def _extras(aggs: dict[str, _Agg]) -> dict[str, dict[str, int]]:
-    extra_stages: list[StageDef] = [s for s in STAGES if s.extra_field]
+    extra_stages: list[StageDef] = [s for s in stage_list.STAGES if s.extra_field]
     return {s.extra_field: dict(sorted(aggs[s.name].extra.items()))  # type: ignore[misc]
             for s in extra_stages}
 

@@ -9,17 +9,20 @@ Order of work for ``tokenmill run``:
    files): hash its files (size and sha256 key its blocks), read, then the source's
    ``document`` stages, then the ``global`` stages' per-block columns, committed per
    block of ``block_documents`` rows and per stage (:mod:`tokenmill.pipeline.run.prepare_task`);
-3. the ``global`` stages' decisions, in order (exact dedup, then MinHash-LSH fuzzy dedup
-   over the exact-unique documents), in hash partitions on Ray
-   (:mod:`tokenmill.pipeline.dedup.partitioned`; per block, a removals file);
-4. the ``block`` stage (tokenize) per block: drop the removed documents, tokenize;
-5. the ``source`` stage (shard writing) per source: shards, sidecars, quarantine;
+3. the ``global`` stages' decisions, in order (each stage's ``decide``, in hash
+   partitions on Ray; :mod:`tokenmill.pipeline.run.removals`: per block, a removals file);
+4. the ``block`` stage (tokenize) per block: drop the removed documents, tokenize
+   (:mod:`tokenmill.pipeline.run.tokenize_task`);
+5. the ``source`` stage (shard writing) per source: shards, sidecars, quarantine
+   (:mod:`tokenmill.pipeline.run.shard_writer`);
 6. the manifest (:mod:`tokenmill.pipeline.run.accounting`: counts, input files, warnings),
    written last and atomically.
 
 Every output is content-addressed by its inputs and its stage's version and config, so
 the result is byte-identical whatever the number of Ray workers, and a rerun reuses
-finished blocks and stages.
+finished blocks and stages. Every task receives a frozen dataclass (its spec, with the
+stages as :class:`~tokenmill.pipeline.run.stage_list.StageCall`) and builds its stage
+objects once; the tasks run through :mod:`tokenmill.pipeline.run.tasks`.
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from tokenmill.manifests.schema import (
     MANIFEST_NAME,
     CurationWarning,
@@ -43,15 +44,16 @@ from tokenmill.manifests.schema import (
 )
 from tokenmill.manifests.shards import version_for_vocab
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.dedup.partitioned import decide_partitioned
 from tokenmill.pipeline.read.readers import is_whole_file, printable_name
 from tokenmill.pipeline.read.sources import ResolvedSource, resolve_sources
-from tokenmill.pipeline.run import prepare_task as block_work
-from tokenmill.pipeline.run import stage_list as stages
+from tokenmill.pipeline.run import stage_list
 from tokenmill.pipeline.run.accounting import file_documents, source_entry, source_warnings
 from tokenmill.pipeline.run.intermediate import content_hash
-from tokenmill.pipeline.run.shard_writer import write_source
-from tokenmill.pipeline.run.tokenize_task import META_COLUMNS, tokenize_block
+from tokenmill.pipeline.run.prepare_task import PrepareTask, prepare_unit
+from tokenmill.pipeline.run.removals import decide_global
+from tokenmill.pipeline.run.shard_writer import WriteSourceTask, write_source
+from tokenmill.pipeline.run.tasks import run_each
+from tokenmill.pipeline.run.tokenize_task import TokenizeTask, tokenize_block
 from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import TokenizerIdentity, identity
 
@@ -115,24 +117,6 @@ def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
     return out
 
 
-def _run_tasks(fn, specs: list[dict], desc: str, show: bool) -> list[Any]:
-    """Run ``fn`` over ``specs`` as Ray tasks with a progress bar; results in spec order."""
-    import ray
-
-    remote = ray.remote(max_retries=3, retry_exceptions=False)(fn)
-    refs = [remote.remote(s) for s in specs]
-    index = {r: i for i, r in enumerate(refs)}
-    results: list[Any] = [None] * len(refs)
-    pending = list(refs)
-    with tqdm(total=len(refs), desc=desc, unit="unit", disable=not show) as bar:
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for r in ready:
-                results[index[r]] = ray.get(r)
-                bar.update(1)
-    return results
-
-
 def run_datamix(
     cfg: DatamixConfig, *, ray_address: str | None = None, num_cpus: int | None = None,
     progress: bool = True,
@@ -156,14 +140,14 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
     specs = []
     for u in plan:
         sc = u.source.config
-        specs.append({
-            "source": u.source.name, "text_field": sc.text_field,
-            "max_document_bytes": cfg.max_document_bytes, "limit": sc.max_documents,
-            "block_documents": cfg.block_documents,
-            "work": str(work), "root": str(u.source.root),
-            "files": u.files, "stages": stages.source_stages(cfg, sc, "document"),
-            "globals": stages.source_stages(cfg, sc, "global")})
-    per_unit = _run_tasks(block_work.prepare_unit, specs, "read+normalize", progress)
+        specs.append(PrepareTask(
+            work=str(work), source=u.source.name, root=str(u.source.root),
+            files=tuple(u.files), text_field=sc.text_field,
+            max_document_bytes=cfg.max_document_bytes, limit=sc.max_documents,
+            block_documents=cfg.block_documents,
+            stages=stage_list.calls(cfg, sc, "document"),
+            globals=stage_list.calls(cfg, sc, "global")))
+    per_unit = run_each(prepare_unit, specs, "read+normalize", progress)
     for u, res in zip(plan, per_unit, strict=True):
         u.hashed, u.hash_seconds = res["files"], res["hash_seconds"]
     return [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"],
@@ -174,28 +158,28 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
 def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool
             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The global stages' decisions, in order, in hash partitions on Ray
-    (:mod:`tokenmill.pipeline.dedup.partitioned`): per block its removals file's digest,
-    and the stages' manifest records by stage name."""
+    (:func:`~tokenmill.pipeline.run.removals.decide_global`): per block its removals
+    file's digest, and the stages' manifest records by stage name."""
     src = cfg.sources[0]  # global stages are configured per datamix, not per source
-    return decide_partitioned(str(work), [b.prepare_digest for b in blocks],
-                              stages.source_stages(cfg, src, "global"),
-                              cfg.dedup.partitions, progress)
+    global_stages = [c.build() for c in stage_list.calls(cfg, src, "global")]
+    return decide_global(str(work), [b.prepare_digest for b in blocks], global_stages,
+                         cfg.dedup.partitions, progress)
 
 
 def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
               removals: list[dict[str, Any]], work: Path, progress: bool) -> None:
     """The block stage (tokenize), per block on Ray; each task reads its block's removals."""
-    (name, kw), = stages.source_stages(cfg, cfg.sources[0], "block")
-    fingerprint = stages.build_stage(name, kw).fingerprint()
+    call, = stage_list.calls(cfg, cfg.sources[0], "block")
+    fingerprint = call.build().fingerprint()
+    meta = stage_list.metadata_names()
     specs = []
     for b, dups in zip(blocks, removals, strict=True):
-        b.tokenize_digest = content_hash(name, fingerprint, tok.model_dump(),
+        b.tokenize_digest = content_hash(call.name, fingerprint, tok.model_dump(),
                                          b.prepare_digest, dups["content"])
-        specs.append({"work": str(work), "digest": b.tokenize_digest,
-                      "prepare_digest": b.prepare_digest, "source": b.source.name,
-                      "dedup_work": str(work / "dedup"), "removals": dups["removals"],
-                      "stage": (name, kw)})
-    infos = _run_tasks(tokenize_block, specs, "tokenize", progress)
+        specs.append(TokenizeTask(str(work), b.tokenize_digest, b.prepare_digest,
+                                  b.source.name, str(work / "dedup"), dups["removals"],
+                                  call, meta))
+    infos = run_each(tokenize_block, specs, "tokenize", progress)
     for b, info in zip(blocks, infos, strict=True):
         b.tokenize_info = info
 
@@ -209,12 +193,14 @@ def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSou
     _remove_stale_sources(out_dir, {s.name for s in sources})
     specs = []
     for src in sources:
-        (_, kw), = stages.source_stages(cfg, src.config, "source")
-        specs.append(kw | {
-            "work": str(out_dir / "work"), "output_dir": str(out_dir), "source": src.name,
-            "units": [(b.prepare_digest, b.tokenize_digest) for b in blocks if b.source is src],
-            "shard_version": version_for_vocab(tok.n_vocab), "meta_columns": META_COLUMNS})
-    return _run_tasks(write_source, specs, "write shards", progress)
+        call, = stage_list.calls(cfg, src.config, "source")
+        specs.append(WriteSourceTask(
+            work=str(out_dir / "work"), output_dir=str(out_dir), source=src.name,
+            units=tuple((b.prepare_digest, b.tokenize_digest)
+                        for b in blocks if b.source is src),
+            shards=call.build(), shard_version=version_for_vocab(tok.n_vocab),
+            meta_columns=stage_list.metadata_names()))
+    return run_each(write_source, specs, "write shards", progress)
 
 
 def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:

@@ -29,8 +29,9 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,32 +46,72 @@ from tokenmill.pipeline.run.intermediate import (
     fault_injection_delay,
     write_parquet,
 )
-from tokenmill.pipeline.run.stage_list import STAGES, build_stage, metadata_columns
-from tokenmill.pipeline.stage import Document, Rejection
+from tokenmill.pipeline.stage import Document, DocumentStage, GlobalStage, Rejection
+
+if TYPE_CHECKING:  # the stage list imports the stages, which import this module
+    from tokenmill.pipeline.run.stage_list import StageCall
 
 PREPARE_VERSION = 6
 READ_VERSION = 3  # 3: readers detect JSON layouts by content, BOMs, separators -> "\n" (issue 13)
-#: the spec keys that, with the files' content, make a unit's read address
+#: the task fields that, with the files' content, make a unit's read address
 READ_SETTINGS = ("source", "text_field", "max_document_bytes", "limit", "block_documents")
-#: the document stages whose removals are quarantined rows (``counts="quarantined"``): a
-#: file none of whose rows passes them yields no document
-QUARANTINING = frozenset(s.name for s in STAGES if s.counts == "quarantined")
 
 
-def _unit_items(spec: dict[str, Any], skip: int
+@dataclass(frozen=True)
+class PrepareTask:
+    """One unit to prepare: a data file, or a group of small one-document files.
+
+    Attributes:
+        work: the ``work/`` folder of the outputs.
+        source, root, files: the source's name, its folder, the unit's files (relative).
+        text_field, max_document_bytes, limit: the reader's settings.
+        block_documents: rows per block.
+        stages, globals: the source's document and global stages, in stage order.
+    """
+
+    work: str
+    source: str
+    root: str
+    files: tuple[str, ...]
+    text_field: str
+    max_document_bytes: int
+    limit: int | None
+    block_documents: int
+    stages: tuple[StageCall, ...]
+    globals: tuple[StageCall, ...]
+
+
+@dataclass
+class _Built:
+    """A task's stage objects, built once: the document stages with their calls, the
+    global stages, and every stage's fingerprint by name."""
+
+    document: list[tuple[StageCall, DocumentStage]]
+    globals: list[GlobalStage]
+    fingerprints: dict[str, str]
+
+    @classmethod
+    def of(cls, task: PrepareTask) -> _Built:
+        document = [(c, c.build()) for c in task.stages]
+        globals_ = [c.build() for c in task.globals]
+        return cls(document, globals_, {st.name: st.fingerprint()
+                                        for st in [*(s for _, s in document), *globals_]})
+
+
+def _unit_items(spec: PrepareTask, skip: int
                 ) -> Iterator[tuple[str, Document | Rejection]]:
     """The unit's rows in order as ``(file, row)``, the first ``skip`` passed over."""
-    root = Path(spec["root"])
-    files = spec["files"]
+    root = Path(spec.root)
+    files = spec.files
     if len(files) == 1:
-        for item in read_file(root, files[0], spec["source"], spec["text_field"],
-                              spec["max_document_bytes"], spec["limit"], skip=skip):
+        for item in read_file(root, files[0], spec.source, spec.text_field,
+                              spec.max_document_bytes, spec.limit, skip=skip):
             yield files[0], item
         return
     # several files only for one-document-per-file formats: one row per file
     for rel in files[skip:]:
-        for item in read_file(root, rel, spec["source"], spec["text_field"],
-                              spec["max_document_bytes"], spec["limit"]):
+        for item in read_file(root, rel, spec.source, spec.text_field,
+                              spec.max_document_bytes, spec.limit):
             yield rel, item
 
 
@@ -88,37 +129,28 @@ def hash_files(root: str | os.PathLike, files: list[str]) -> list[list]:
     return out
 
 
-def unit_digest(spec: dict[str, Any], files: list[list]) -> str:
+def unit_digest(spec: PrepareTask, files: list[list]) -> str:
     """A unit's read address: its read settings and its files' ``[path, size, sha256]``."""
-    return content_hash("read", READ_VERSION, {k: spec[k] for k in READ_SETTINGS}, files)
+    return content_hash("read", READ_VERSION, {k: getattr(spec, k) for k in READ_SETTINGS},
+                        files)
 
 
-def stage_fingerprints(spec: dict[str, Any]) -> dict[str, str]:
-    """Fingerprint (name, version, config) of every document and global stage of ``spec``."""
-    return {name: build_stage(name, kw).fingerprint()
-            for name, kw in [*spec["stages"], *spec["globals"]]}
-
-
-def block_keys(spec: dict[str, Any], digest: str, index: int, fingerprints: dict[str, str]
+def block_keys(spec: PrepareTask, digest: str, index: int, fingerprints: dict[str, str]
                ) -> dict[str, str]:
     """The content addresses of block ``index``'s outputs: ``read``, each document
     stage's (chained), and ``prepare``; ``digest`` is the unit's (:func:`unit_digest`)."""
     key = content_hash(digest, "block", index)
     keys = {"read": key}
-    for name, kw in spec["stages"]:
-        key = content_hash(key, name, fingerprints[name], kw)
-        keys[name] = key
+    for call in spec.stages:
+        key = content_hash(key, call.name, fingerprints[call.name], call.kwargs)
+        keys[call.name] = key
     keys["prepare"] = content_hash(key, "prepare", PREPARE_VERSION,
-                                   [(name, fingerprints[name]) for name, _ in spec["globals"]])
+                                   [(c.name, fingerprints[c.name]) for c in spec.globals])
     return keys
 
 
-def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
-    """Hash, read and prepare one unit, block by block.
-
-    ``spec`` keys: work, source, root, files, text_field, max_document_bytes, limit,
-    block_documents, stages and globals (``[(stage name, constructor kwargs)]`` of the
-    source's document and global stages).
+def prepare_unit(spec: PrepareTask) -> dict[str, Any]:
+    """Hash, read and prepare one unit, block by block (the stage objects built once).
 
     Returns ``{"files": [[path, size, sha256]], "hash_seconds": float, "blocks": [...]}``
     with, per block in order, ``{"digest", "info", "reused": {stage: bool}}``; info holds
@@ -129,17 +161,17 @@ def prepare_unit(spec: dict[str, Any]) -> dict[str, Any]:
     """
     fault_injection_delay()
     t0 = time.perf_counter()
-    files = hash_files(spec["root"], spec["files"])
+    files = hash_files(spec.root, list(spec.files))
     hash_seconds = time.perf_counter() - t0
     digest = unit_digest(spec, files)
     blocks: list[dict[str, Any]] = []
-    fingerprints = stage_fingerprints(spec)
+    built = _Built.of(spec)
     for index in itertools.count():
-        keys = block_keys(spec, digest, index, fingerprints)
-        out = StageOutput(spec["work"], "prepare", keys["prepare"])
+        keys = block_keys(spec, digest, index, built.fingerprints)
+        out = StageOutput(spec.work, "prepare", keys["prepare"])
         done = out.load_done()
         if done is None:
-            info, reused = _prepare_block(spec, index, keys, out)
+            info, reused = _prepare_block(spec, built, index, keys, out)
         else:
             info, reused = done["info"], {name: True for name in keys}
         blocks.append({"digest": keys["prepare"], "info": info, "reused": reused})
@@ -193,15 +225,15 @@ def _commit(out: StageOutput, docs: pa.Table, rejected: list[Rejection],
 # ---------------------------------------------------------------------------------------
 # the stages of one block
 # ---------------------------------------------------------------------------------------
-def _read_block(spec: dict[str, Any], index: int, out: StageOutput
+def _read_block(spec: PrepareTask, index: int, out: StageOutput
                 ) -> tuple[list[Document], dict[str, Any], bool]:
     """The block's documents as read, its read info (``read``, ``last``, ``rejected``)
     and whether the stored read output was reused."""
     done = out.load_done()
     if done is not None:
-        docs = _apply_table(None, pq.read_table(out.path(".docs.parquet")), spec["source"])
+        docs = _apply_table(None, pq.read_table(out.path(".docs.parquet")), spec.source)
         return docs, done["info"], True
-    n = spec["block_documents"]
+    n = spec.block_documents
     items = itertools.islice(_unit_items(spec, index * n), n + 1)
     docs: list[Document] = []
     rejected: list[Rejection] = []
@@ -228,34 +260,35 @@ def _read_block(spec: dict[str, Any], index: int, out: StageOutput
     return docs, info, False
 
 
-def _document_stage(out: StageOutput, name: str, kwargs: dict[str, Any],
-                    docs: list[Document]) -> tuple[list[Document], dict[str, Any], bool]:
-    """Run (or reuse) one document stage over a block's documents."""
+def _document_stage(out: StageOutput, step: DocumentStage, docs: list[Document]
+                    ) -> tuple[list[Document], dict[str, Any], bool]:
+    """Run (or reuse) one document stage over a block's documents (its counters reset
+    first: ``info`` holds this block's)."""
     done = out.load_done()
     if done is not None:
         table = pq.read_table(out.path(".docs.parquet"))
         return _apply_table({d.key: d for d in docs}, table, ""), done["info"], True
-    step = build_stage(name, kwargs)
+    step.reset_counters()
     rejected: list[Rejection] = []
     step.sink = rejected.append
     before = {d.key: d.text for d in docs}
     kept = list(step(iter(docs)))
     info = step.stats.to_dict()
-    extra = getattr(step, "accepted", None)
-    if extra is not None:
-        info["extra"] = dict(sorted(extra.items()))
+    if step.extra:
+        info["extra"] = dict(sorted(step.extra.items()))
     _commit(out, _docs_table(kept, [d.text != before[d.key] for d in kept]), rejected, info)
     return kept, info, False
 
 
 def _count_quarantined(source: str, stages: dict[str, Any], files: dict[str, Any],
-                       q_paths: list[Path]) -> None:
+                       q_paths: list[Path], quarantining: set[str]) -> None:
     """Add, per file of ``files`` (the read info's), the rows the document stages in
-    :data:`QUARANTINING` quarantined: to its ``rejected`` reasons, and ``docs`` less them
-    (the documents it yields)."""
+    ``quarantining`` (``counts="quarantined"``: their removals are unusable rows, so a
+    file none of whose rows passes them yields no document) quarantined: to its
+    ``rejected`` reasons, and ``docs`` less them (the documents it yields)."""
     prefix = len(source) + 1  # keys are source/file#row
     for name, path in zip(stages, q_paths, strict=True):
-        if name == "read" or name not in QUARANTINING:
+        if name == "read" or name not in quarantining:
             continue
         for key, reason in zip(*(quarantine.read_quarantine(path).column(c).to_pylist()
                                  for c in ("key", "reason")), strict=True):
@@ -265,32 +298,33 @@ def _count_quarantined(source: str, stages: dict[str, Any], files: dict[str, Any
                 f["rejected"][reason] = f["rejected"].get(reason, 0) + 1
 
 
-def _prepare_block(spec: dict[str, Any], index: int, keys: dict[str, str],
+def _prepare_block(spec: PrepareTask, built: _Built, index: int, keys: dict[str, str],
                    out: StageOutput) -> tuple[dict[str, Any], dict[str, bool]]:
-    work = spec["work"]
+    work = spec.work
     read_out = StageOutput(work, "read", keys["read"])
     docs, read_info, reused_read = _read_block(spec, index, read_out)
     reused = {"read": reused_read}
     problems = [read_out.problem] if read_out.problem else []
     stages: dict[str, Any] = {"read": {"rejected": read_info["rejected"]}}
     q_paths = [read_out.path(".quarantine.parquet")]
-    for name, kw in spec["stages"]:
+    for call, step in built.document:
+        name = call.name
         st_out = StageOutput(work, name, keys[name])
-        docs, stages[name], reused[name] = _document_stage(st_out, name, kw, docs)
+        docs, stages[name], reused[name] = _document_stage(st_out, step, docs)
         problems += [st_out.problem] if st_out.problem else []
         q_paths.append(st_out.path(".quarantine.parquet"))
     files = {f: {"docs": c["docs"], "rejected": dict(c["rejected"])}
              for f, c in read_info["files"].items()}
-    _count_quarantined(spec["source"], stages, files, q_paths)
-    ran = [name for name, _ in spec["stages"]]
+    _count_quarantined(spec.source, stages, files, q_paths,
+                       {c.name for c in spec.stages if c.stage.counts == "quarantined"})
     cols: dict[str, Any] = {
         "key": pa.array([d.key for d in docs], pa.string()),
         "text": pa.array([d.text for d in docs], pa.large_string()),
     }
-    for col, typ in metadata_columns(ran):
+    for col, typ in (m for c in spec.stages for m in c.stage.metadata):
         cols[col] = pa.array([d.metadata.get(col) for d in docs], typ)
-    for name, kw in spec["globals"]:
-        cols.update(build_stage(name, kw).block_columns(docs))
+    for g in built.globals:
+        cols.update(g.block_columns(docs))
     rows = pa.concat_tables([quarantine.read_quarantine(p) for p in q_paths]).to_pylist()
     rejected = [Rejection(**r) for r in sorted(rows, key=lambda r: r["key"])]
     info = {"read": read_info["read"], "docs": len(docs), "last": read_info["last"],

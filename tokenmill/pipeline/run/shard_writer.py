@@ -7,14 +7,15 @@ gives fewer than the source's minimum (:func:`val_minimum`), the train documents
 the same hash order move to ``val``, so that every source big enough has validation
 documents, deterministically.
 
-:func:`write_source` is a plain function of its spec (the executor runs one Ray task per
-source).
+:func:`write_source` is a plain function of its :class:`WriteSourceTask` (the executor runs
+one Ray task per source).
 """
 
 from __future__ import annotations
 
 import heapq
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,14 @@ from tokenmill.manifests.shards import sidecar_path, write_shard
 from tokenmill.pipeline.run import quarantine
 from tokenmill.pipeline.run.intermediate import StageOutput
 from tokenmill.pipeline.run.tokenize import split_hash
-from tokenmill.pipeline.stage import PipelineStep
+from tokenmill.pipeline.stage import Configured
 
 
-class WriteShards(PipelineStep):
-    """Shards of at most ``tokens_per_shard`` tokens per split, documents never cut.
-    Its work is :func:`write_source` (a whole source at once), not a document stream."""
+class WriteShards(Configured):
+    """The shard-writing stage's settings (scope ``source``): shards of at most
+    ``tokens_per_shard`` tokens per split, documents never cut, and the validation
+    minimum's settings (:func:`val_minimum`). Its work is :func:`write_source`, a whole
+    source at once."""
 
     name = "shards"
     version = 2
@@ -44,6 +47,11 @@ class WriteShards(PipelineStep):
                          min_val_documents=min_val_documents,
                          default_min_val_documents=default_min_val_documents,
                          min_val_source_documents=min_val_source_documents)
+        self.tokens_per_shard = tokens_per_shard
+        self.val_fraction = val_fraction
+        self.min_val_documents = min_val_documents
+        self.default_min_val_documents = default_min_val_documents
+        self.min_val_source_documents = min_val_source_documents
 
 
 def val_minimum(kept: int, val_fraction: float, min_val_documents: int | None,
@@ -64,13 +72,36 @@ def val_minimum(kept: int, val_fraction: float, min_val_documents: int | None,
     return max(0, min(want, kept - 1))
 
 
-def _val_additions(spec: dict[str, Any]) -> tuple[set[str], dict[str, int]]:
+@dataclass(frozen=True)
+class WriteSourceTask:
+    """One source's shard writing.
+
+    Attributes:
+        work: the ``work/`` folder of the blocks' outputs.
+        output_dir: where ``shards/`` and ``quarantine/`` go.
+        source: the source's name.
+        units: ``(prepare digest, tokenize digest)`` of its blocks, in order.
+        shards: the stage's settings.
+        shard_version: the shard format version (by vocabulary size).
+        meta_columns: the sidecar's metadata columns, among those the blocks hold.
+    """
+
+    work: str
+    output_dir: str
+    source: str
+    units: tuple[tuple[str, str], ...]
+    shards: WriteShards
+    shard_version: int
+    meta_columns: tuple[str, ...]
+
+
+def _val_additions(spec: WriteSourceTask) -> tuple[set[str], dict[str, int]]:
     """The train documents of the source to move to ``val`` (keys), and the manifest's
     ``validation`` record (``min_documents``, ``by_fraction``, ``added``)."""
     train_keys: list[str] = []
     n_val = 0
-    for _, tok_digest in spec["units"]:
-        t = pq.read_table(StageOutput(spec["work"], "tokenize", tok_digest)
+    for _, tok_digest in spec.units:
+        t = pq.read_table(StageOutput(spec.work, "tokenize", tok_digest)
                           .path(".tokens.parquet"), columns=["key", "split"])
         for key, split in zip(t.column("key").to_pylist(), t.column("split").to_pylist(),
                               strict=True):
@@ -78,9 +109,9 @@ def _val_additions(spec: dict[str, Any]) -> tuple[set[str], dict[str, int]]:
                 n_val += 1
             else:
                 train_keys.append(key)
-    minimum = val_minimum(n_val + len(train_keys), spec["val_fraction"],
-                          spec["min_val_documents"], spec["default_min_val_documents"],
-                          spec["min_val_source_documents"])
+    sh = spec.shards
+    minimum = val_minimum(n_val + len(train_keys), sh.val_fraction, sh.min_val_documents,
+                          sh.default_min_val_documents, sh.min_val_source_documents)
     extra = heapq.nsmallest(max(0, minimum - n_val), train_keys,
                             key=lambda k: (split_hash(k), k))
     return set(extra), {"min_documents": minimum, "by_fraction": n_val, "added": len(extra)}
@@ -90,7 +121,7 @@ class _SplitWriter:
     """Buffers one split's documents and writes a shard whenever the next document would
     overflow ``limit`` tokens."""
 
-    def __init__(self, spec: dict[str, Any], split: str, out_dir: Path, shard_dir: Path,
+    def __init__(self, spec: WriteSourceTask, split: str, out_dir: Path, shard_dir: Path,
                  meta_types: dict[str, pa.DataType], shards: list[dict[str, Any]]) -> None:
         self.spec, self.split, self.out_dir, self.shard_dir = spec, split, out_dir, shard_dir
         self.meta_types = meta_types
@@ -106,7 +137,7 @@ class _SplitWriter:
         self.n_tokens = 0
 
     def add(self, tokens: np.ndarray, key: str, meta: list) -> None:
-        if self.keys and self.n_tokens + tokens.size > self.spec["tokens_per_shard"]:
+        if self.keys and self.n_tokens + tokens.size > self.spec.shards.tokens_per_shard:
             self.flush()
         self.tokens.append(tokens)
         self.keys.append(key)
@@ -120,10 +151,10 @@ class _SplitWriter:
         tokens = np.concatenate(self.tokens)
         lengths = np.asarray(self.lengths, dtype=np.uint64)
         offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.uint64)
-        path = self.shard_dir / f"{self.spec['source']}_{self.split}_{self.count:06d}.bin"
+        path = self.shard_dir / f"{self.spec.source}_{self.split}_{self.count:06d}.bin"
         extra = {m: pa.array([row[i] for row in self.meta], t)
                  for i, (m, t) in enumerate(self.meta_types.items())}
-        version = self.spec["shard_version"]
+        version = self.spec.shard_version
         write_shard(path, tokens, version, offsets, self.keys, extra)
         self.shards.append({
             "path": path.relative_to(self.out_dir).as_posix(), "split": self.split,
@@ -143,32 +174,28 @@ def _remove_stale_shards(shard_dir: Path, shards: list[dict[str, Any]]) -> None:
             os.unlink(p)
 
 
-def write_source(spec: dict[str, Any]) -> dict[str, Any]:
+def write_source(spec: WriteSourceTask) -> dict[str, Any]:
     """Write one source's shards, sidecars and quarantine file.
 
-    ``spec`` keys: work, output_dir, source, units (list of (prepare_digest,
-    tokenize_digest) in order), the :class:`WriteShards` config (tokens_per_shard and the
-    validation minimum's settings), shard_version, meta_columns (the sidecar's metadata
-    columns, among those the blocks hold).
     Returns the shard entries (paths relative to output_dir), the quarantine entry and
     the ``validation`` record.
     """
-    out_dir = Path(spec["output_dir"])
-    shard_dir = out_dir / "shards" / spec["source"]
+    out_dir = Path(spec.output_dir)
+    shard_dir = out_dir / "shards" / spec.source
     shard_dir.mkdir(parents=True, exist_ok=True)
     to_val, validation = _val_additions(spec)
     writers: dict[str, _SplitWriter] | None = None
     shards: list[dict[str, Any]] = []
     q_tables = []
-    for prep_digest, tok_digest in spec["units"]:
+    for prep_digest, tok_digest in spec.units:
         q_tables.append(quarantine.read_quarantine(
-            StageOutput(spec["work"], "prepare", prep_digest).path(".quarantine.parquet")))
-        tout = StageOutput(spec["work"], "tokenize", tok_digest)
+            StageOutput(spec.work, "prepare", prep_digest).path(".quarantine.parquet")))
+        tout = StageOutput(spec.work, "tokenize", tok_digest)
         q_tables.append(quarantine.read_quarantine(tout.path(".quarantine.parquet")))
         table = pq.read_table(tout.path(".tokens.parquet"))
         if writers is None:  # the first block's metadata columns name the sidecar's
             types = {c: table.schema.field(c).type for c in table.column_names
-                     if c in spec["meta_columns"]}
+                     if c in spec.meta_columns}
             writers = {s: _SplitWriter(spec, s, out_dir, shard_dir, types, shards)
                        for s in ("train", "val")}
         col = table.column("tokens").combine_chunks()
@@ -182,7 +209,7 @@ def write_source(spec: dict[str, Any]) -> dict[str, Any]:
         w.flush()
     _remove_stale_shards(shard_dir, shards)
     qtable = pa.concat_tables(q_tables) if q_tables else quarantine.to_table([])
-    qpath = out_dir / "quarantine" / f"{spec['source']}.parquet"
+    qpath = out_dir / "quarantine" / f"{spec.source}.parquet"
     qpath.parent.mkdir(parents=True, exist_ok=True)
     quarantine.write_quarantine(qpath, qtable)
     return {

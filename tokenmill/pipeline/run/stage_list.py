@@ -1,9 +1,12 @@
 """The curation stages, declared once, in order.
 
-Everything that needs to know the stages reads :data:`STAGES`: the executor (which stage
-runs where, and how each block's cache key is chained), the manifest (per-stage counters
-and the per-source counts), the report (stage order) and the CLI summary (through the
-manifest's counts). Adding a stage means adding one :class:`StageDef` here.
+Everything that needs to know the stages reads :data:`STAGES` when it runs: the
+executor (which stage runs where, and how each block's cache key is chained), the
+manifest (per-stage counters and the per-source counts), the report (stage order) and
+the CLI summary (through the manifest's counts). Adding a stage means a module holding
+its class (:mod:`tokenmill.pipeline.document` for a per-document stage) and one
+:class:`StageDef` line here; the tasks receive the stages as :class:`StageCall`, so a
+Ray worker never looks a stage up by name.
 
 Scopes, in the order they run:
 
@@ -11,16 +14,16 @@ Scopes, in the order they run:
     the rows of a unit's files, in blocks of ``block_documents`` (rows that cannot be
     read become quarantine rows, ``stage="read"``).
 ``document``
-    a :class:`~tokenmill.pipeline.stage.PipelineStep` over one block's documents, on a
+    a :class:`~tokenmill.pipeline.stage.DocumentStage` over one block's documents, on a
     Ray worker. ``build(cfg, source)`` gives its constructor arguments, or ``None`` when
     the stage does not run for that source.
 ``global``
-    a :class:`~tokenmill.pipeline.stage.GlobalStep` (cross-document): per-block columns
+    a :class:`~tokenmill.pipeline.stage.GlobalStage` (cross-document): per-block columns
     computed on the workers, then a decision over all blocks (which documents go).
 ``block``
-    per block after the global decisions (tokenization).
+    per block after the global decisions (tokenization: the tokenize task).
 ``source``
-    per source, over its blocks in order (shard writing).
+    per source, over its blocks in order (shard writing: the source task).
 
 Every stage's version and config fingerprint are hashed into the cache key of its
 per-block outputs, chained from the previous stage's key, so that changing one stage's
@@ -36,7 +39,8 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
-from tokenmill.pipeline.dedup.stages import ExactDedup, MinHashDedup
+from tokenmill.pipeline.dedup.exact import ExactDedup
+from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.length import LengthFilter
 from tokenmill.pipeline.document.quality import build_quality_filter
@@ -44,7 +48,7 @@ from tokenmill.pipeline.read.license import DocumentLicenseGate
 from tokenmill.pipeline.read.normalize import Normalize
 from tokenmill.pipeline.run.shard_writer import WriteShards
 from tokenmill.pipeline.run.tokenize import Tokenize
-from tokenmill.pipeline.stage import GlobalStep, PipelineStep
+from tokenmill.pipeline.stage import Configured
 
 Scope = Literal["read", "document", "global", "block", "source"]
 #: SourceCounts fields a stage's removals are counted in (manifest ``counts``)
@@ -89,7 +93,7 @@ class StageDef:
         """The stage's constructor arguments for ``source``, or ``None`` if it is off."""
         return self.build(cfg, source) if self.build is not None else {}
 
-    def instance(self, kwargs: dict[str, Any]) -> PipelineStep | GlobalStep:
+    def instance(self, kwargs: dict[str, Any]) -> Configured:
         """A new stage object (``make(**kwargs)``)."""
         if self.make is None:
             raise ValueError(f"stage {self.name!r} has no stage object")
@@ -158,9 +162,6 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("shards", "source", WriteShards, _shards, in_manifest=False),
 )
 
-BY_NAME: dict[str, StageDef] = {s.name: s for s in STAGES}
-
-
 def of_scope(scope: Scope) -> list[StageDef]:
     """The stages of one scope, in pipeline order."""
     return [s for s in STAGES if s.scope == scope]
@@ -176,28 +177,40 @@ def stage_order() -> tuple[str, ...]:
     return tuple(names)
 
 
-def source_stages(cfg: DatamixConfig, source: SourceConfig,
-                  scope: Scope) -> list[tuple[str, dict[str, Any]]]:
-    """``[(stage name, constructor kwargs)]`` of the stages of ``scope`` that run for
-    ``source``, in order."""
+@dataclass(frozen=True)
+class StageCall:
+    """A stage as a task receives it: its definition and its constructor arguments
+    (picklable; the task builds the stage object once, :meth:`build`)."""
+
+    stage: StageDef
+    kwargs: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.stage.name
+
+    def build(self) -> Any:
+        """A new stage object."""
+        return self.stage.instance(self.kwargs)
+
+
+def calls(cfg: DatamixConfig, source: SourceConfig, scope: Scope) -> tuple[StageCall, ...]:
+    """The stages of ``scope`` that run for ``source``, in order."""
     out = []
     for s in of_scope(scope):
         kw = s.kwargs(cfg, source)
         if kw is not None:
-            out.append((s.name, kw))
-    return out
-
-
-def build_stage(name: str, kwargs: dict[str, Any]) -> Any:
-    """The stage object called ``name`` with ``kwargs`` (on a worker, from a task spec).
-
-    Raises:
-        KeyError: no stage of that name.
-    """
-    return BY_NAME[name].instance(kwargs)
+            out.append(StageCall(s, kw))
+    return tuple(out)
 
 
 def metadata_columns(names: list[str] | None = None) -> list[tuple[str, pa.DataType]]:
     """``(column, type)`` of the per-document metadata the stages called ``names`` set
     (all stages when None), in stage order."""
     return [m for s in STAGES if names is None or s.name in names for m in s.metadata]
+
+
+def metadata_names() -> tuple[str, ...]:
+    """The per-document metadata columns of all stages, in stage order: what the shard
+    sidecars carry (among those a block holds)."""
+    return tuple(c for c, _ in metadata_columns())

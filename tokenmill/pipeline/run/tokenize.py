@@ -8,11 +8,10 @@ separators (modded-nanogpt's FineWeb convention: EOT, then the document).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from tokenmill.pipeline.stage import Document, PipelineStep
+from tokenmill.pipeline.stage import Configured
 from tokenmill.tokenizers import get_encoding
 
 
@@ -52,13 +51,10 @@ def split_of(key: str, val_fraction: float) -> str:
     return "val" if split_hash(key) < val_fraction * 2**64 else "train"
 
 
-class Tokenize(PipelineStep):
-    """The tokenize stage: tiktoken ``encode_ordinary`` with an EOT before every document,
-    and the document's split (``split_of`` its key).
-
-    :meth:`encode` does a whole block at once (what the executor's tasks call);
-    :meth:`run` sets ``metadata["tokens"]`` (uint32 array) and ``metadata["split"]``.
-    """
+class Tokenize(Configured):
+    """The tokenize stage (scope ``block``): tiktoken ``encode_ordinary`` with an EOT
+    before every document, and the document's split (``split_of`` its key), a whole
+    block at once (:meth:`encode`, what the tokenize task calls)."""
 
     name = "tokenize"
     version = 2
@@ -73,10 +69,3 @@ class Tokenize(PipelineStep):
         """(uint32 tokens of all documents, int64 tokens per document, split per document)."""
         tokens, lengths = tokenize_batch(texts, self.tokenizer)
         return tokens, lengths, [split_of(k, self.val_fraction) for k in keys]
-
-    def run(self, docs: Iterable[Document]) -> Iterator[Document]:
-        for doc in docs:
-            tokens, _, splits = self.encode([doc.key], [doc.text])
-            doc.metadata["tokens"] = tokens
-            doc.metadata["split"] = splits[0]
-            yield doc

@@ -10,7 +10,7 @@ components) follows datatrove's and NeMo Curator's fuzzy dedup.
 What runs
 ---------
 ``tokenmill run`` decides fuzzy dedup in hash partitions
-(:mod:`tokenmill.pipeline.dedup.partitioned`): signatures per block
+(:mod:`tokenmill.pipeline.dedup.fuzzy`): signatures per block
 (:func:`minhash_signatures`, numba, one thread; about 57,000 documents per CPU-second on
 linux-docs + cc-main, see benchmarks/bench_minhash.py), LSH bands (:func:`lsh_params`),
 connected components of the candidate graph, then the check of every cluster member

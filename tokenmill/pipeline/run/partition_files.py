@@ -1,5 +1,6 @@
-"""Hash-partitioned intermediate files and the Ray task runner of the partitioned dedup
-decisions (:mod:`tokenmill.pipeline.dedup.partitioned`).
+"""Hash-partitioned intermediate files: what the global stages' map and reduce tasks
+exchange (:mod:`tokenmill.pipeline.dedup.exact`, :mod:`tokenmill.pipeline.dedup.fuzzy`,
+:mod:`tokenmill.pipeline.run.removals`).
 
 A partitioned file is one Arrow IPC file whose rows are grouped by partition (stable:
 inside a partition the rows keep their order), with the partition offsets in the schema
@@ -16,14 +17,12 @@ output is complete and intact is skipped on a rerun.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from tqdm import tqdm
 
 from tokenmill.atomic import atomic_open
 from tokenmill.pipeline.run.intermediate import StageOutput
@@ -106,65 +105,3 @@ def cached(out: StageOutput, compute: Callable[[], dict[str, Any]],
     info = compute()
     out.commit(list(files), info)
     return info | {"reused": False}
-
-
-#: per ``run_tasks`` description, the largest peak RSS (bytes) of one of its tasks (Linux:
-#: the worker's high-water mark is reset when a task starts; elsewhere the worker's
-#: lifetime peak); for benchmarks and logs
-TASK_PEAK_RSS: dict[str, int] = {}
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM (Linux >= 4.0, proc(5))
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss() -> int:
-    """This process's peak RSS in bytes (VmHWM, else ru_maxrss)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _batch(fn: Callable[[dict], Any], specs: list[dict]) -> tuple[list[Any], int]:
-    _reset_peak_rss()
-    out = [fn(s) for s in specs]
-    return out, _peak_rss()
-
-
-def run_tasks(fn: Callable[[dict], Any], specs: list[dict], desc: str, progress: bool,
-              per_task: int | None = None) -> list[Any]:
-    """``[fn(s) for s in specs]`` as Ray tasks, ``per_task`` specs per task (default: about
-    four tasks per cluster CPU); results in spec order. Ray must be initialized."""
-    import ray
-
-    if not specs:
-        return []
-    if per_task is None:
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        per_task = max(1, math.ceil(len(specs) / (4 * cpus)))
-    remote = ray.remote(max_retries=3, retry_exceptions=False)(_batch)
-    groups = [specs[i:i + per_task] for i in range(0, len(specs), per_task)]
-    refs = [remote.remote(fn, g) for g in groups]
-    index = {r: i for i, r in enumerate(refs)}
-    results: list[Any] = [None] * len(refs)
-    pending = list(refs)
-    with tqdm(total=len(specs), desc=desc, unit="part", disable=not progress) as bar:
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for r in ready:
-                results[index[r]], peak = ray.get(r)
-                TASK_PEAK_RSS[desc] = max(TASK_PEAK_RSS.get(desc, 0), peak)
-                bar.update(len(groups[index[r]]))
-    return [x for group in results for x in group]
