@@ -22,7 +22,8 @@ worker died is retried (``max_retries``, Ray's own retry). Example::
         results = list(run_tasks(calls, on_done=lambda i, r: bar.update(1)))
 
 :func:`on_this_node` gives the options that pin a task to the driver's node (for tasks
-sharing ``/dev/shm`` with the driver).
+sharing ``/dev/shm`` with the driver); :func:`cluster_cpus` the cluster's CPUs (to size
+batches of tasks).
 """
 
 from __future__ import annotations
@@ -108,6 +109,13 @@ class TaskCall:
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def cluster_cpus() -> int:
+    """CPUs of the running Ray cluster (at least 1)."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
 def on_this_node() -> dict[str, Any]:

@@ -164,4 +164,5 @@ def test_a_stage_of_each_scope_added_to_the_list_runs_and_is_counted(
     at = [html.index(f"after {n}") for n in ("length", "drop marked", "exact dedup",
                                               "same prefix")]
     assert at == sorted(at)  # the report's columns in stage-list order
-    assert "same_prefix:duplicate" in html or "same_prefix: duplicate" in html
+    assert "<b>same_prefix:duplicate</b>: 3 removed" in html  # with its examples
+    assert "<b>drop_marked:marker</b>: 3 removed" in html

@@ -245,8 +245,9 @@ def _result(path: Path, manifest: DatamixManifest, blocks: list[Block],
     res.recovered = sorted({p for b in blocks for p in b.prepare_info.get("recovered", []) +
                             b.tokenize_info.get("recovered", [])})
     tally: dict[str, Counter] = {}
+    block_stage = stage_list.of_scope("block")[0].name  # the tokenize stage
     for b in blocks:
-        for name, was in [*b.stage_reused.items(), ("tokenize", b.tokenize_info["reused"])]:
+        for name, was in [*b.stage_reused.items(), (block_stage, b.tokenize_info["reused"])]:
             tally.setdefault(name, Counter())[bool(was)] += 1
     res.stage_blocks = {n: [c[True], c[False]] for n, c in tally.items()}
     for p in res.recovered:

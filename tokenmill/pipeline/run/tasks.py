@@ -19,7 +19,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tokenmill.raysession import TaskCall, run_tasks
+from tokenmill.raysession import TaskCall, cluster_cpus, run_tasks
 
 #: per :func:`run_batches` description, the largest peak RSS (bytes) of one of its tasks
 #: (Linux: the worker's high-water mark is reset when a task starts; elsewhere the
@@ -70,13 +70,10 @@ def run_batches(fn: Callable[[Any], Any], specs: Sequence[Any], desc: str, progr
                 per_task: int | None = None) -> list[Any]:
     """``[fn(s) for s in specs]`` as Ray tasks, ``per_task`` specs per task (default: about
     four tasks per cluster CPU); results in spec order. Ray must be initialized."""
-    import ray
-
     if not specs:
         return []
     if per_task is None:
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        per_task = max(1, math.ceil(len(specs) / (4 * cpus)))
+        per_task = max(1, math.ceil(len(specs) / (4 * cluster_cpus())))
     groups = [list(specs[i:i + per_task]) for i in range(0, len(specs), per_task)]
     results: list[Any] = []
     with tqdm(total=len(specs), desc=desc, unit="part", disable=not progress) as bar:
