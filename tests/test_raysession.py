@@ -118,7 +118,7 @@ def _fail_or_mark(x: int, marker: str) -> int:
 
     if x == 0:
         raise ValueError("task 0 fails")
-    time.sleep(3)
+    time.sleep(1.5)
     Path(marker).write_text("ran to the end")
     return x
 
@@ -136,5 +136,5 @@ def test_run_tasks_orders_results_reports_progress_and_cancels_on_error(tmp_path
         marker = tmp_path / "marker"
         with pytest.raises(Exception, match="task 0 fails"):
             list(run_tasks([TaskCall(_fail_or_mark, (i, str(marker))) for i in range(2)]))
-        time.sleep(4)  # the cancelled task would have written by now
+        time.sleep(2.5)  # the cancelled task would have written by now
     assert not marker.exists(), "a pending task went on after the error"

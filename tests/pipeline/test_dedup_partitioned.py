@@ -176,6 +176,17 @@ def test_rerun_reuses_written_partitions(tmp_path):
     assert set(after) == set(before)
 
 
+@pytest.mark.parametrize("exact_check", [True, False])
+def test_no_blocks_gives_the_record_of_no_documents(tmp_path, exact_check):
+    """A datamix whose files yield no document: nothing removed, and the fuzzy record
+    equals the oracle's over no documents (no Ray task needed)."""
+    fuzzy = FUZZY | {"exact_check": exact_check}
+    per_block, records = decide_global(str(tmp_path), [], [ExactDedup(), MinHashDedup(**fuzzy)],
+                                       3)
+    assert per_block == []
+    assert records == {"fuzzy_dedup": fuzzy_decide(fuzzy, BlockColumns(0, None), [])}
+
+
 def test_partitions_is_not_part_of_the_config_hash():
     from tokenmill.pipeline.config import DatamixConfig
 
