@@ -14,7 +14,7 @@ What is timed (each size in a fresh process with its own embedded Ray, ``--cpus`
 the corpus is generated and its prepared blocks (key, text, content hash, MinHash
 signature, shingle count: the dedup stages' ``block_columns``) are written by Ray tasks
 in one process; then, in a *new* process (the driver measured), the dedup decisions
-:func:`tokenmill.pipeline.dedup_partitioned.decide_partitioned` (exact then fuzzy, all
+:func:`tokenmill.pipeline.run.removals.decide_global` (exact then fuzzy, all
 phases, removals per block). This calls the dedup stages directly, not ``tokenmill run``.
 Printed per size: documents/s of the generation with the block columns ("gen", the
 corpus is built in those tasks) and of the decisions ("decide"), the driver's
@@ -122,11 +122,12 @@ def _make_block(spec: dict) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tokenmill.pipeline.dedup import ExactDedup, MinHashDedup
-    from tokenmill.pipeline.intermediate import StageOutput
-    from tokenmill.pipeline.minhash import shingle_sets
-    from tokenmill.pipeline.minhash.exact import sorted_jaccard
-    from tokenmill.pipeline.step import Document
+    from tokenmill.pipeline.dedup.exact import ExactDedup
+    from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+    from tokenmill.pipeline.dedup.minhash import shingle_sets
+    from tokenmill.pipeline.dedup.minhash.shingle_sets import sorted_jaccard
+    from tokenmill.pipeline.run.intermediate import StageOutput
+    from tokenmill.pipeline.stage import Document
 
     lines = json.loads(Path(spec["lines"]).read_text())
     lo, hi = spec["block"] * BLOCK, min(spec["n"], (spec["block"] + 1) * BLOCK)
@@ -159,7 +160,7 @@ def _make_block(spec: dict) -> dict:
 
 def generate(n: int, work: Path, cpus: int) -> dict:
     """Child process: the corpus's prepared blocks (Ray tasks)."""
-    from tokenmill.pipeline.partitions import run_tasks
+    from tokenmill.pipeline.run.tasks import run_batches
     from tokenmill.raysession import ray_session
 
     (work / "truth").mkdir(parents=True, exist_ok=True)
@@ -169,27 +170,29 @@ def generate(n: int, work: Path, cpus: int) -> dict:
              for b in range(math.ceil(n / BLOCK))]
     with ray_session(None, cpus):
         t0 = time.perf_counter()
-        res = run_tasks(_make_block, specs, "generate", False, per_task=1)
+        res = run_batches(_make_block, specs, "generate", False, per_task=1)
         seconds = time.perf_counter() - t0
     return {"prepare": [r["digest"] for r in res], "seconds": seconds}
 
 
 def decide(work: Path, prepare: list[str], parts: int, cpus: int) -> dict:
     """Child process (the measured driver): the partitioned decisions."""
-    from tokenmill.pipeline import partitions
-    from tokenmill.pipeline.dedup_partitioned import decide_partitioned
+    from tokenmill.pipeline.dedup.exact import ExactDedup
+    from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+    from tokenmill.pipeline.run import tasks
+    from tokenmill.pipeline.run.removals import decide_global
     from tokenmill.raysession import ray_session
 
     with ray_session(None, cpus):
         t0 = time.perf_counter()
-        per_block, records = decide_partitioned(
-            str(work), prepare, [("exact_dedup", {}), ("fuzzy_dedup", FUZZY)], parts)
+        per_block, records = decide_global(
+            str(work), prepare, [ExactDedup(), MinHashDedup(**FUZZY)], parts)
         seconds = time.perf_counter() - t0
     return {"seconds": seconds, "removals": [b["removals"] for b in per_block],
             "record": records.get("fuzzy_dedup"),
             "driver_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "task_rss": max(partitions.TASK_PEAK_RSS.values()),
-            "task_rss_by_phase": partitions.TASK_PEAK_RSS}
+            "task_rss": max(tasks.TASK_PEAK_RSS.values()),
+            "task_rss_by_phase": tasks.TASK_PEAK_RSS}
 
 
 def score(work: Path, removals: list[str]) -> dict:
@@ -197,7 +200,7 @@ def score(work: Path, removals: list[str]) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tokenmill.pipeline.intermediate import StageOutput
+    from tokenmill.pipeline.run.intermediate import StageOutput
 
     truth = pa.concat_tables(pq.read_table(p) for p in sorted((work / "truth").glob("*")))
     removed = {}

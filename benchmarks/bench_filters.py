@@ -20,17 +20,17 @@ import os
 import time
 from pathlib import Path
 
-from tokenmill.pipeline import words
-from tokenmill.pipeline.normalize import normalize_text
-from tokenmill.pipeline.quality import (
+from tokenmill.pipeline.document import words
+from tokenmill.pipeline.document.quality import (
     C4QualityFilter,
     FineWebQualityFilter,
     GopherQualityFilter,
     GopherRepetitionFilter,
 )
-from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.sources import _list_files
-from tokenmill.pipeline.step import Document
+from tokenmill.pipeline.read.normalize import normalize_text
+from tokenmill.pipeline.read.readers import read_file
+from tokenmill.pipeline.read.sources import _list_files
+from tokenmill.pipeline.stage import Document
 
 ROOT = Path(os.environ.get("TOKENMILL_DATA_ROOT",
                            Path(__file__).resolve().parents[2] / "shared" / "data" / "corpora"))

@@ -24,9 +24,9 @@ time because the machine is shared):
 Peer rates are given for hashing alone (shingles prepared beforehand, the most favourable
 reading for them) and end to end (prep + hashing); the ratio columns are tokenmill's
 end-to-end (text -> signature) rate over the peer's rate. Then the end-to-end
-``fuzzy_dedup`` on the whole set (embedded Ray, 2 CPUs) in a fresh child process: wall
-time cold (first call) and warm, peak traced allocations and the driver's peak RSS (Ray
-workers, which only group LSH bands, are not included).
+the single-process ``fuzzy_dedup`` (the test oracle, tests/pipeline/dedup_oracle.py) on
+the whole set in a fresh child process: wall time cold (first call: tables, JIT cache
+load) and warm, peak traced allocations and the process's peak RSS.
 
 Usage: ``.venv/bin/python benchmarks/bench_minhash.py [--sample 200] [--limit N]``
 """
@@ -71,18 +71,18 @@ def load_docs(limit: int | None = None) -> tuple[list[str], list[str]]:
 
 def e2e(limit: int | None) -> None:
     """Child mode: fuzzy_dedup over the whole set; prints one JSON line."""
-    from tokenmill.pipeline.minhash import fuzzy_dedup
+    from tests.pipeline.dedup_oracle import fuzzy_dedup
 
     keys, texts = load_docs(limit)
     import tracemalloc
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
-    res = fuzzy_dedup(keys, texts)  # cold: Ray start, tables, JIT cache load
+    res = fuzzy_dedup(keys, texts)  # cold: tables, JIT cache load
     cold = time.perf_counter() - t0
     cold_seconds = res.counters["seconds"]
     t0 = time.perf_counter()
-    res = fuzzy_dedup(keys, texts)  # warm: Ray running (as inside `tokenmill run`)
+    res = fuzzy_dedup(keys, texts)  # warm
     warm = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
@@ -122,7 +122,7 @@ def main() -> None:
     import rensa
     from datasketch import MinHash
 
-    from tokenmill.pipeline.minhash import minhash_signatures, shingle_hash32, shingles
+    from tokenmill.pipeline.dedup.minhash import minhash_signatures, shingle_hash32, shingles
 
     keys, texts = load_docs(args.limit)
     n = len(texts)
@@ -143,7 +143,7 @@ def main() -> None:
     sig = minhash_signatures(texts, num_perm=128, seed=1)
     t_tm = timed(lambda: minhash_signatures(texts, num_perm=128, seed=1), args.repeat)
     # the numba kernel alone, on UTF-8 bytes (normalization and word splitting included)
-    from tokenmill.pipeline.minhash import kernels, reference, signatures
+    from tokenmill.pipeline.dedup.minhash import kernels, reference, signatures
 
     prepared = [reference.utf8_bytes(x) for x in texts]
     off = np.zeros(n + 1, np.int64)
@@ -212,12 +212,12 @@ def main() -> None:
     print(f"\nshingles: {n_sh:,} ({n_sh / n:.0f}/doc); tokenmill "
           f"{t_tm / n_sh * 1e9:.0f} ns/shingle end to end")
 
-    print("\nend-to-end fuzzy_dedup (child process, embedded Ray with 2 CPUs):")
+    print("\nend-to-end single-process fuzzy_dedup (child process):")
     print(f"  {res['docs']} docs, removed {res['removed']}, bands x rows = "
           f"{res['params']['bands']} x {res['params']['rows']}")
-    print(f"  cold (first call: Ray start, tables, JIT cache load): wall {res['cold_s']:.2f} s "
+    print(f"  cold (first call: tables, JIT cache load): wall {res['cold_s']:.2f} s "
           f"{res['cold_seconds']}")
-    print(f"  warm (Ray already running, as inside `tokenmill run`): wall {res['warm_s']:.2f} s "
+    print(f"  warm: wall {res['warm_s']:.2f} s "
           f"{res['seconds']}")
     print(f"  memory: peak allocations during a call {res['traced_peak_mib']:.0f} MiB "
           f"(tracemalloc: Python + numpy); driver process peak RSS "

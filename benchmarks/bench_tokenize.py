@@ -33,8 +33,8 @@ def main() -> None:
 
     import ray
 
-    from tokenmill.pipeline.normalize import normalize_text
-    from tokenmill.pipeline.tokenize import tokenize_batch
+    from tokenmill.pipeline.read.normalize import normalize_text
+    from tokenmill.pipeline.run.tokenize import tokenize_batch
     from tokenmill.tokenizers import get_encoding
 
     files = sorted(Path(args.corpus).rglob("*.rst.txt"))

@@ -72,7 +72,7 @@ def run_quickstart_like(out_dir: Path, num_cpus: int = 2, datamix: str = "quicks
     """Run a datamix from manifests/ into ``out_dir`` with the embedded Ray."""
     from tests.shared import corpora
     from tokenmill.pipeline.config import load_datamix
-    from tokenmill.pipeline.executor import run_datamix
+    from tokenmill.pipeline.run.executor import run_datamix
 
     if num_cpus != 2:  # the shared Ray has 2 CPUs; any other count needs its own
         shutdown_ray()

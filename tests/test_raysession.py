@@ -104,3 +104,37 @@ def test_killed_driver_leaves_nothing_running(killed_driver: dict) -> None:
 def test_embedded_ray_prints_no_auth_notice(killed_driver: dict) -> None:
     assert killed_driver["result"] == "42", killed_driver["stdout_stderr"]
     assert "Token authentication" not in killed_driver["stdout_stderr"]
+
+
+def _square(x: int) -> int:
+    import time
+
+    time.sleep(0.2 * (x % 3))  # finish out of order
+    return x * x
+
+
+def _fail_or_mark(x: int, marker: str) -> int:
+    import time
+
+    if x == 0:
+        raise ValueError("task 0 fails")
+    time.sleep(1.5)
+    Path(marker).write_text("ran to the end")
+    return x
+
+
+def test_run_tasks_orders_results_reports_progress_and_cancels_on_error(tmp_path) -> None:
+    from tokenmill.raysession import TaskCall, ray_session, run_tasks
+
+    with ray_session(num_cpus=2):
+        calls = [TaskCall(_square, (i,), {"num_cpus": 1}) for i in range(6)]
+        seen: list[int] = []
+        assert list(run_tasks(calls, on_done=lambda i, r: seen.append(i))) == [
+            i * i for i in range(6)]
+        assert sorted(seen) == list(range(6))
+        assert sorted(run_tasks(calls, ordered=False)) == [(i, i * i) for i in range(6)]
+        marker = tmp_path / "marker"
+        with pytest.raises(Exception, match="task 0 fails"):
+            list(run_tasks([TaskCall(_fail_or_mark, (i, str(marker))) for i in range(2)]))
+        time.sleep(2.5)  # the cancelled task would have written by now
+    assert not marker.exists(), "a pending task went on after the error"

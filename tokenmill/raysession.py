@@ -1,17 +1,38 @@
-"""The one Ray bootstrap: every tokenmill command that runs Ray tasks starts (or joins) Ray here.
+"""The one Ray bootstrap and task runner: every tokenmill command that runs Ray tasks
+starts (or joins) Ray here and runs its tasks through :func:`run_tasks`.
 
-An embedded local Ray (``address="local"``: always a fresh instance, even when a ``ray start``
-cluster on this machine would otherwise be joined implicitly) or an existing cluster
-(``--ray-address HOST:PORT``), with one runtime environment: the variables that decide where
-tokenizer files and Hub caches are found travel to every worker.
+Session. An embedded local Ray (``address="local"``: always a fresh instance, even when a
+``ray start`` cluster on this machine would otherwise be joined implicitly) or an existing
+cluster (``--ray-address HOST:PORT``), with one runtime environment: the variables that
+decide where tokenizer files and Hub caches are found travel to every worker
+(:func:`init_ray`, :func:`ray_session`).
+
+Tasks. :func:`run_tasks` submits a list of :class:`TaskCall` (a plain function, its
+arguments, and Ray task options such as ``num_cpus``, ``resources`` or a
+``scheduling_strategy``) as Ray tasks and yields their results, in call order
+(``ordered=True``) or as they complete (``ordered=False``, as ``(index, result)``); an
+``on_done(index, result)`` callback sees each result as it arrives (a progress bar).
+When the caller stops early (an exception in a task, ``KeyboardInterrupt``, or closing
+the generator), the tasks still pending are cancelled, so nothing keeps running after
+the command. A task that fails with an exception raises it in the caller; a task whose
+worker died is retried (``max_retries``, Ray's own retry). Example::
+
+    with ray_session():
+        calls = [TaskCall(work, (item,), {"num_cpus": 1}) for item in items]
+        results = list(run_tasks(calls, on_done=lambda i, r: bar.update(1)))
+
+:func:`on_this_node` gives the options that pin a task to the driver's node (for tasks
+sharing ``/dev/shm`` with the driver); :func:`cluster_cpus` the cluster's CPUs (to size
+batches of tasks).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 #: Environment variables every Ray worker must see as the driver does.
@@ -72,3 +93,85 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
             import ray
 
             ray.shutdown()
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """One Ray task: ``fn(*args)`` with Ray task options.
+
+    Attributes:
+        fn: a plain module-level function (what Ray pickles and calls on a worker).
+        args: its positional arguments (picklable, or Ray object refs).
+        options: Ray task options (``num_cpus``, ``resources``, ``scheduling_strategy``,
+            ...), passed to ``.options()``; the task's ``name`` defaults to ``fn``'s name.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def cluster_cpus() -> int:
+    """CPUs of the running Ray cluster (at least 1)."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def on_this_node() -> dict[str, Any]:
+    """Task options pinning a task to the driver's node (hard affinity). Ray must be up."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+
+def run_tasks(calls: Sequence[TaskCall], *, ordered: bool = True,
+              on_done: Callable[[int, Any], None] | None = None,
+              max_retries: int = 3) -> Iterator[Any]:
+    """Run ``calls`` as Ray tasks on the running Ray; yield their results.
+
+    Args:
+        calls: the tasks, all submitted at once.
+        ordered: yield results in call order (each as soon as it and the ones before it
+            are done); ``False``: yield ``(index, result)`` in completion order.
+        on_done: called with ``(index, result)`` as each task completes (any order).
+        max_retries: retries of a task whose worker died (exceptions are not retried).
+
+    Raises:
+        whatever a task raised (Ray's ``RayTaskError`` wrapping it); the tasks still
+        pending are then cancelled, as they are when the caller is interrupted or closes
+        the generator early.
+    """
+    import ray
+
+    remotes: dict[Any, Any] = {}
+    refs = []
+    for call in calls:
+        remote = remotes.get(call.fn)
+        if remote is None:
+            remote = remotes[call.fn] = ray.remote(call.fn)
+        opts = {"name": getattr(call.fn, "__name__", "task"), "max_retries": max_retries,
+                "retry_exceptions": False, **call.options}
+        refs.append(remote.options(**opts).remote(*call.args))
+    index = {r: i for i, r in enumerate(refs)}
+    pending, done = list(refs), {}
+    nxt = 0
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            i = index[ready[0]]
+            result = ray.get(ready[0])
+            if on_done is not None:
+                on_done(i, result)
+            if not ordered:
+                yield i, result
+                continue
+            done[i] = result
+            while nxt in done:
+                yield done.pop(nxt)
+                nxt += 1
+    finally:
+        for r in pending:
+            ray.cancel(r)

@@ -188,7 +188,7 @@ def test_export_stale_shards_case_end_to_end(tmp_path):
     """The case as its README tells it: `tokenmill run` twice around an edit (the real
     pipeline), `mix build` in between, then export: refused, naming the stale shards."""
     from tokenmill.pipeline.config import load_datamix
-    from tokenmill.pipeline.executor import run_datamix
+    from tokenmill.pipeline.run.executor import run_datamix
 
     folder = tmp_path / "case"
     shutil.copytree(CASE, folder)

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from tests.shared import corpora
 from tokenmill.manifests.shards import iter_documents
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.executor import run_datamix
+from tokenmill.pipeline.run.executor import run_datamix
 from tokenmill.tokenizers import get_encoding
 
 GOOD = ["A perfectly ordinary document.", "Ünïcödé text with é and 中文 and emoji 🎉",

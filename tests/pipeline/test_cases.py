@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tokenmill.pipeline.normalize import normalize_text
-from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.step import Document, Rejection
+from tokenmill.pipeline.read.normalize import normalize_text
+from tokenmill.pipeline.read.readers import read_file
+from tokenmill.pipeline.stage import Document, Rejection
 
 CASES = Path(__file__).parent / "cases"
 
@@ -124,7 +124,7 @@ def _case_sources(tmp_path: Path) -> list[dict]:
 def test_cases_end_to_end(tmp_path):
     """Every reading case in one run: exit without error, counts as in the README table."""
     from tokenmill.pipeline.config import DatamixConfig
-    from tokenmill.pipeline.executor import run_datamix
+    from tokenmill.pipeline.run.executor import run_datamix
 
     cfg = DatamixConfig(name="cases", tokenizer="gpt2", data_root=str(tmp_path),
                         output_dir=str(tmp_path / "out"), licenses={"allow": ["mit"]},
@@ -158,7 +158,7 @@ def test_stale_mtime_new_bytes_same_size_and_mtime_are_read_again(tmp_path):
 
     from tokenmill.manifests.shards import iter_documents
     from tokenmill.pipeline.config import DatamixConfig
-    from tokenmill.pipeline.executor import run_datamix
+    from tokenmill.pipeline.run.executor import run_datamix
     from tokenmill.tokenizers import get_encoding
 
     case = tmp_path / "case"
@@ -187,7 +187,7 @@ def test_stale_mtime_new_bytes_same_size_and_mtime_are_read_again(tmp_path):
 
 def test_every_source_without_a_license_in_one_error(tmp_path):
     from tokenmill.pipeline.config import DatamixConfig
-    from tokenmill.pipeline.sources import SourceError, resolve_sources
+    from tokenmill.pipeline.read.sources import SourceError, resolve_sources
 
     for name in ("a", "b", "c"):
         (tmp_path / name).mkdir()

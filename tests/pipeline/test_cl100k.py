@@ -8,8 +8,8 @@ from tests.shared import corpora
 from tokenmill.manifests.shards import iter_documents, read_header, read_tokens
 from tokenmill.manifests.validate import validate_manifest
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.executor import run_datamix
-from tokenmill.pipeline.normalize import normalize_text
+from tokenmill.pipeline.read.normalize import normalize_text
+from tokenmill.pipeline.run.executor import run_datamix
 from tokenmill.tokenizers import get_encoding
 
 

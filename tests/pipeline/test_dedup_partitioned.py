@@ -1,6 +1,6 @@
-"""Partitioned dedup decisions (tokenmill.pipeline.dedup_partitioned) equal the
-single-process reference (ExactDedup.decide, MinHashDedup.decide) for any partition
-count, and a rerun reuses the partitions already written."""
+"""Partitioned dedup decisions (tokenmill.pipeline.dedup.exact and .fuzzy) equal the
+single-process oracle (tests/pipeline/dedup_oracle.py) for any partition count, and a
+rerun reuses the partitions already written."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tokenmill.pipeline.components import components, node_partition
-from tokenmill.pipeline.dedup import ExactDedup, MinHashDedup
-from tokenmill.pipeline.dedup_partitioned import decide_partitioned, load_removals
-from tokenmill.pipeline.intermediate import StageOutput
-from tokenmill.pipeline.minhash.clusters import component_roots
-from tokenmill.pipeline.minhash.exact import shingle_sets, sorted_jaccard
-from tokenmill.pipeline.partitions import read_partition, write_partitioned
-from tokenmill.pipeline.step import BlockColumns, Document
+from tests.pipeline.dedup_oracle import BlockColumns, component_roots, exact_decide, fuzzy_decide
+from tokenmill.pipeline.dedup.components import components, node_partition
+from tokenmill.pipeline.dedup.exact import ExactDedup
+from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+from tokenmill.pipeline.dedup.minhash.shingle_sets import shingle_sets, sorted_jaccard
+from tokenmill.pipeline.run.intermediate import StageOutput
+from tokenmill.pipeline.run.partition_files import read_partition, write_partitioned
+from tokenmill.pipeline.run.removals import decide_global, load_removals
+from tokenmill.pipeline.stage import Document
 
 FUZZY = {"threshold": 0.8, "ngram": 5, "num_perm": 128, "seed": 1, "exact_check": True}
 
@@ -92,14 +93,14 @@ def _reference(work: Path, digests: list[str], fuzzy: dict):
         return pq.read_table(path, columns=list(dict.fromkeys(["key", *cols])))
     view = BlockColumns(len(digests), read)
     removals = [{} for _ in digests]
-    ExactDedup().decide(view, removals)
-    record = MinHashDedup(**fuzzy).decide(view, removals)
+    exact_decide(view, removals)
+    record = fuzzy_decide(fuzzy, view, removals)
     return removals, record
 
 
 def _partitioned(work: Path, digests: list[str], fuzzy: dict, parts: int):
-    per_block, records = decide_partitioned(
-        str(work), digests, [("exact_dedup", {}), ("fuzzy_dedup", fuzzy)], parts)
+    per_block, records = decide_global(
+        str(work), digests, [ExactDedup(), MinHashDedup(**fuzzy)], parts)
     removals = [load_removals(str(work / "dedup"), b["removals"]) for b in per_block]
     assert [b["removed"] for b in per_block] == [len(r) for r in removals]
     return removals, records["fuzzy_dedup"]
@@ -175,6 +176,17 @@ def test_rerun_reuses_written_partitions(tmp_path):
     assert set(after) == set(before)
 
 
+@pytest.mark.parametrize("exact_check", [True, False])
+def test_no_blocks_gives_the_record_of_no_documents(tmp_path, exact_check):
+    """A datamix whose files yield no document: nothing removed, and the fuzzy record
+    equals the oracle's over no documents (no Ray task needed)."""
+    fuzzy = FUZZY | {"exact_check": exact_check}
+    per_block, records = decide_global(str(tmp_path), [], [ExactDedup(), MinHashDedup(**fuzzy)],
+                                       3)
+    assert per_block == []
+    assert records == {"fuzzy_dedup": fuzzy_decide(fuzzy, BlockColumns(0, None), [])}
+
+
 def test_partitions_is_not_part_of_the_config_hash():
     from tokenmill.pipeline.config import DatamixConfig
 
@@ -211,7 +223,7 @@ def test_distributed_components_equal_union_find(tmp_path, parts):
     out = StageOutput(work, "fuzzy_buckets", "g")
     write_partitioned(out.path(".arrow"), pa.table({"head": e[:, 0], "member": e[:, 1]}),
                       node_partition(e[:, 1], parts), parts)
-    final, info = components({"work": work, "parts": parts}, ["g"], 4, False)
+    final, info = components(work, parts, ["g"], 4, False)
     got = pa.concat_tables(read_partition(StageOutput(work, "cc_final", d)
                                           .path(".members.arrow")) for d in final)
     labels = dict(zip(got.column("id").to_pylist(), got.column("label").to_pylist(),

@@ -180,7 +180,7 @@ def test_hub_config_split_reads_exactly_those_rows(tmp_path, hf_config_cache, hu
 _RESOLVE = """
 import sys
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.sources import SourceError, resolve_source
+from tokenmill.pipeline.read.sources import SourceError, resolve_source
 cfg = DatamixConfig.model_validate({"name": "x", "sources": [dict(
     name="s", hub=sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:]))]})
 try:

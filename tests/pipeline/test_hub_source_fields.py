@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tokenmill.pipeline.config import DatamixConfig, load_datamix
-from tokenmill.pipeline.sources import SourceError, resolve_source
+from tokenmill.pipeline.read.sources import SourceError, resolve_source
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"

@@ -16,7 +16,7 @@ import yaml
 
 from tokenmill.manifests.shards import iter_documents
 from tokenmill.manifests.verify import ShardVerifyError
-from tokenmill.pipeline.hubtext import CARD_NAME, write_hub_text
+from tokenmill.pipeline.report.hub_text import CARD_NAME, write_hub_text
 from tokenmill.tokenizers import get_encoding
 
 
@@ -139,8 +139,8 @@ def test_run_write_text_flag_and_datamix_option(quickstart, tmp_path, monkeypatc
     """``tokenmill run --write-text`` (and ``write_text: true``) call the post-step on the
     run's output; the option does not change the config sha256 (nor the manifest)."""
     from tokenmill.cli import main
-    from tokenmill.pipeline import executor
     from tokenmill.pipeline.config import load_datamix
+    from tokenmill.pipeline.run import executor
 
     out = tmp_path / "out"
     out.mkdir()

@@ -6,7 +6,7 @@ import logging
 
 from tests.shared import corpora
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.executor import run_datamix
+from tokenmill.pipeline.run.executor import run_datamix
 
 
 def _cfg(tmp_path):
@@ -23,7 +23,7 @@ def test_flipped_byte_in_intermediate_is_recomputed(tmp_path, caplog):
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
     # run the check in this process so that the warning is captured
-    from tokenmill.pipeline.intermediate import StageOutput
+    from tokenmill.pipeline.run.intermediate import StageOutput
 
     digest = victim.name.split(".")[0]
     with caplog.at_level(logging.WARNING):

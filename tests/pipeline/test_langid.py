@@ -1,4 +1,4 @@
-"""Language identification (tokenmill.pipeline.langid) with the network unreachable."""
+"""Language identification (tokenmill.pipeline.document.language) with the network unreachable."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from collections import Counter
 import pytest
 
 from tests.shared import corpora
-from tokenmill.pipeline import langid
-from tokenmill.pipeline.langid import LanguageFilter, detect_language, fasttext_model_path
-from tokenmill.pipeline.step import Document
+from tokenmill.pipeline.document import language as langid
+from tokenmill.pipeline.document.language import (
+    LanguageFilter,
+    detect_language,
+    fasttext_model_path,
+)
+from tokenmill.pipeline.stage import Document
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 
 from tests.shared import corpora
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.executor import run_datamix
-from tokenmill.pipeline.license import LicenseError, cc_attribute_license
-from tokenmill.pipeline.sources import SourceError
+from tokenmill.pipeline.read.license import LicenseError, cc_attribute_license
+from tokenmill.pipeline.read.sources import SourceError
+from tokenmill.pipeline.run.executor import run_datamix
 
 
 def _cfg(tmp_path, sources, allow=None):

@@ -1,4 +1,4 @@
-"""MinHash-LSH fuzzy dedup (tokenmill.pipeline.minhash) on real corpora."""
+"""MinHash-LSH fuzzy dedup (tokenmill.pipeline.dedup.minhash) on real corpora."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ import pytest
 from datasketch import MinHash, MinHashLSH
 from datasketch.lsh import _optimal_param
 
+from tests.pipeline.dedup_oracle import fuzzy_dedup
 from tests.shared import corpora
-from tokenmill.pipeline.minhash import (
+from tokenmill.pipeline.dedup.minhash import (
     SHINGLE_BASE,
-    FuzzyDedup,
     fmix32,
-    fuzzy_dedup,
     lsh_params,
     minhash_signatures,
     murmur64a,
@@ -30,7 +29,6 @@ from tokenmill.pipeline.minhash import (
     to_minhash,
     word_hash32,
 )
-from tokenmill.pipeline.step import Document
 from tokenmill.raysession import init_ray
 
 
@@ -80,7 +78,7 @@ def test_kernel_word_lengths_and_block_edges():
     blocks: words of every length from 1 to 70 bytes, ASCII and not, at every offset
     against block edges, with non-ASCII bytes and NFKC expansions near the edges; also
     through the kernel directly with no padding after the last document."""
-    from tokenmill.pipeline.minhash import kernels, signatures
+    from tokenmill.pipeline.dedup.minhash import kernels, signatures
 
     rng = random.Random(5)
     alphabet = "abcXYZ019" + "éßДж中文ﬁ①Ａ" + "\u2019"
@@ -263,18 +261,12 @@ def test_exact_duplicates_and_twins_on_cc_main(ray_2cpu):
     print(f"estimate-only removed {len(est.removed)}")
 
 
-def test_stage_quarantines_with_twin(ray_2cpu):
+def test_near_duplicates_point_to_the_kept_twin():
     docs = _chain(4, replace=20)
-    stage = FuzzyDedup()
-    got = []
-    stage.sink = got.append
-    out = list(stage([Document(key=f"c/{i}", source="c", text=t) for i, t in enumerate(docs)]))
-    assert [d.key for d in out] == ["c/0"]
-    assert [(r.key, r.duplicate_of, r.reason) for r in got] == [
-        (f"c/{i}", "c/0", "fuzzy_dedup:near_duplicate") for i in (1, 2, 3)]
-    assert all(r.detail.startswith("jaccard=") for r in got)
-    assert stage.stats.to_dict()["rejected"] == {"fuzzy_dedup:near_duplicate": 3}
-    assert stage.result.params["bands"] * stage.result.params["rows"] <= 128
+    res = fuzzy_dedup([f"c/{i}" for i in range(len(docs))], docs)
+    assert {k: twin for k, (twin, _) in res.removed.items()} == {
+        f"c/{i}": "c/0" for i in (1, 2, 3)}
+    assert res.params["bands"] * res.params["rows"] <= 128
 
 
 def test_duplicate_keys_rejected_and_tiny_inputs():
@@ -361,20 +353,12 @@ def test_clough_stevenson_finds_every_cut_and_most_light_answers(ray_2cpu):
     assert found["non"] == 0
 
 
-def test_determinism_ray_workers_and_input_order():
-    """Same removals with 1 and 2 Ray CPUs, any task split, and shuffled input order.
-    (Last in this file: it restarts Ray, and leaves it running with 2 CPUs.)"""
-    import ray
-
+def test_removals_do_not_depend_on_the_input_order():
+    """Same removals and clusters for the input in order and shuffled."""
     docs = _cc_docs() + [(f"chain/{i}", t) for i, t in enumerate(_chain(8))]
     keys = [k for k, _ in docs]
     texts = [t for _, t in docs]
-    results = []
-    for cpus in (1, 2):
-        ray.shutdown()
-        init_ray(num_cpus=cpus)
-        results.append(fuzzy_dedup(keys, texts))
-        results.append(fuzzy_dedup(keys, texts, n_tasks=9))
+    results = [fuzzy_dedup(keys, texts)]
     perm = list(range(len(docs)))
     random.Random(3).shuffle(perm)
     results.append(fuzzy_dedup([keys[i] for i in perm], [texts[i] for i in perm]))
@@ -386,7 +370,7 @@ def test_determinism_ray_workers_and_input_order():
 
 
 def test_signature_input_errors():
-    from tokenmill.pipeline.minhash import minhash_signatures
+    from tokenmill.pipeline.dedup.minhash import minhash_signatures
 
     with pytest.raises(ValueError, match="batch_size"):
         minhash_signatures(["a b c"], batch_size=0)

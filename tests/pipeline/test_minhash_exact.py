@@ -14,26 +14,20 @@ import pyarrow as pa
 import pytest
 
 from tests.pipeline.cases.minhash_multicompare import documents
+from tests.pipeline.dedup_oracle import BlockColumns, fuzzy_decide, fuzzy_dedup
 from tests.shared import shared_data_path
-from tokenmill.pipeline.dedup import MinHashDedup
-from tokenmill.pipeline.minhash import (
-    FuzzyDedup,
-    fuzzy_dedup,
+from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+from tokenmill.pipeline.dedup.minhash import (
+    jaccard_detail,
     lsh_params,
     murmur64a,
     shingle_sets,
     shingles,
 )
-from tokenmill.pipeline.minhash.exact import SHINGLE_BASE64, sorted_jaccard
-from tokenmill.pipeline.step import BlockColumns, Document
-from tokenmill.raysession import init_ray
+from tokenmill.pipeline.dedup.minhash.shingle_sets import SHINGLE_BASE64, sorted_jaccard
+from tokenmill.pipeline.stage import Document
 
 MASK64 = (1 << 64) - 1
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_2cpu():
-    init_ray(num_cpus=2)  # no-op when Ray is already up
 
 
 @pytest.fixture(scope="module")
@@ -150,19 +144,15 @@ def test_stage_detail_records_the_exact_value():
     base = " ".join(f"w{i}" for i in range(300))
     docs = [base, base.replace("w150", "v150"), base.replace("w7 ", "v7 ")]
     for exact in (True, False):
-        stage = FuzzyDedup(exact_check=exact)
-        got = []
-        stage.sink = got.append
-        out = list(stage(Document(key=f"c/{i}", source="c", text=t)
-                         for i, t in enumerate(docs)))
-        assert [d.key for d in out] == ["c/0"]
-        for r in got:
-            j = stage.result.removed[r.key][1]
+        res = fuzzy_dedup([f"c/{i}" for i in range(len(docs))], docs, exact_check=exact)
+        assert sorted(res.removed) == ["c/1", "c/2"]
+        for key, (twin, j) in res.removed.items():
+            assert twin == "c/0"
             if exact:
-                assert j == pytest.approx(_true_jaccard(docs[0], docs[int(r.key[-1])]))
-                assert r.detail == f"jaccard={j:.3f} (exact)"
+                assert j == pytest.approx(_true_jaccard(docs[0], docs[int(key[-1])]))
+                assert jaccard_detail(j, exact) == f"jaccard={j:.3f} (exact)"
             else:
-                assert r.detail == f"jaccard={j:.3f}"
+                assert jaccard_detail(j, exact) == f"jaccard={j:.3f}"
 
 
 def _view(blocks_docs: list[list[Document]], stage: MinHashDedup) -> BlockColumns:
@@ -190,7 +180,7 @@ def test_global_stage_reads_candidates_from_blocks(multicompare):
         stage = MinHashDedup(exact_check=exact)
         removals = [{} for _ in blocks]
         removals[0][keys[3]] = [keys[2], "exact_dedup", None]  # gathered without it
-        rec = stage.decide(_view(blocks, stage), removals)
+        rec = fuzzy_decide(stage.config, _view(blocks, stage), removals)
         fuzzy = {k: v for d in removals for k, v in d.items() if v[1] == "fuzzy_dedup"}
         if exact:
             j = _true_jaccard(texts[10], x)

@@ -1,4 +1,4 @@
-"""Quality filters (tokenmill.pipeline.quality): unit rules and human labels (DCLM)."""
+"""Quality filters (tokenmill.pipeline.document.quality): unit rules and human labels (DCLM)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.shared import corpora
-from tokenmill.pipeline.quality import (
+from tokenmill.pipeline.document.quality import (
     QUALITY_FILTERS,
     C4QualityFilter,
     FineWebQualityFilter,
@@ -20,7 +20,7 @@ from tokenmill.pipeline.quality import (
     build_quality_filter,
     split_into_words,
 )
-from tokenmill.pipeline.step import Document
+from tokenmill.pipeline.stage import Document
 
 PROSE = (
     "The committee met on Tuesday to review the budget and to discuss the plans that "

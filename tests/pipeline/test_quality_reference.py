@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests.shared import corpora
-from tokenmill.pipeline.normalize import normalize_text
-from tokenmill.pipeline.quality import (
+from tokenmill.pipeline.document.quality import (
     C4QualityFilter,
     FineWebQualityFilter,
     GopherQualityFilter,
     GopherRepetitionFilter,
 )
-from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.sources import _list_files
-from tokenmill.pipeline.step import Document
-from tokenmill.pipeline.words import count_sentences, split_words, word_counts
+from tokenmill.pipeline.document.words import count_sentences, split_words, word_counts
+from tokenmill.pipeline.read.normalize import normalize_text
+from tokenmill.pipeline.read.readers import read_file
+from tokenmill.pipeline.read.sources import _list_files
+from tokenmill.pipeline.stage import Document
 
 CASES = Path(__file__).parent / "cases"
 ALL = ("c4-en-sample", "cc-main-2019-sample", "wikipedia-wikitext-sample", "python-docs-rst")

@@ -11,10 +11,10 @@ import torch
 from tests.shared import corpora
 from tokenmill.manifests.shards import iter_documents, read_tokens
 from tokenmill.manifests.validate import validate_manifest
-from tokenmill.pipeline.normalize import normalize_text
-from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.sources import _list_files
-from tokenmill.pipeline.step import Document
+from tokenmill.pipeline.read.normalize import normalize_text
+from tokenmill.pipeline.read.readers import read_file
+from tokenmill.pipeline.read.sources import _list_files
+from tokenmill.pipeline.stage import Document
 from tokenmill.tokenizers import get_encoding
 
 
@@ -128,7 +128,7 @@ def test_small_sources_get_a_validation_split(quickstart):
     the val_fraction hash gives them none, so the next documents in the same hash order
     move to val; the manifest states each source's minimum and how it was met."""
     from tokenmill.manifests.shards import read_sidecar
-    from tokenmill.pipeline.tokenize import split_hash
+    from tokenmill.pipeline.run.tokenize import split_hash
 
     root = quickstart.manifest_path.parent
     by_name = {s.name: s for s in quickstart.manifest.sources}

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tokenmill.pipeline.readers import read_file
-from tokenmill.pipeline.step import Document, Rejection
+from tokenmill.pipeline.read.readers import read_file
+from tokenmill.pipeline.stage import Document, Rejection
 
 ROWS = [{"text": "first doc", "url": "a"}, {"text": "second\ndoc", "url": "b"}]
 

@@ -1,4 +1,4 @@
-"""The curation report (tokenmill.pipeline.report) over a small real run folder.
+"""The curation report (tokenmill.pipeline.report.curation_report) over a small real run folder.
 
 The ``run_dir`` fixture builds what ``tokenmill run`` leaves behind from real corpora, with
 the pipeline's stages (exact dedup by text, Gopher quality, FineWeb, language id, MinHash
@@ -14,6 +14,7 @@ import html
 import json
 import re
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.pipeline.dedup_oracle import fuzzy_dedup
 from tests.shared import corpora
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.schema import (
@@ -32,11 +34,11 @@ from tokenmill.manifests.schema import (
     load_manifest,
 )
 from tokenmill.manifests.shards import sidecar_path, write_shard
-from tokenmill.pipeline.langid import LanguageFilter
-from tokenmill.pipeline.minhash import FuzzyDedup
-from tokenmill.pipeline.quality import FineWebQualityFilter, GopherQualityFilter
-from tokenmill.pipeline.report import document_waterfall, write_report
-from tokenmill.pipeline.step import Document, Rejection
+from tokenmill.pipeline.dedup.minhash import jaccard_detail
+from tokenmill.pipeline.document.language import LanguageFilter
+from tokenmill.pipeline.document.quality import FineWebQualityFilter, GopherQualityFilter
+from tokenmill.pipeline.report.curation_report import document_waterfall, write_report
+from tokenmill.pipeline.stage import Document, DocumentStage, Rejection
 from tokenmill.tokenizers import get_encoding, identity
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -50,6 +52,24 @@ def _texts(name: str) -> list[str]:
     return out
 
 
+class _NearDuplicates(DocumentStage):
+    """Fuzzy dedup over the whole stream (the single-process oracle), its removals
+    quarantined as ``tokenmill run`` quarantines them."""
+
+    name = "fuzzy_dedup"
+
+    def run(self, docs: Iterable[Document]) -> Iterator[Document]:
+        docs = list(docs)
+        removed = fuzzy_dedup([d.key for d in docs], [d.text for d in docs]).removed
+        for d in docs:
+            hit = removed.get(d.key)
+            if hit is None:
+                yield d
+            else:
+                self.reject(d, "fuzzy_dedup:duplicate", duplicate_of=hit[0],
+                            detail=jaccard_detail(hit[1], True))
+
+
 def _curate(source: str, texts: list[str], rejected: list[Rejection]):
     docs = [Document(key=f"{source}/data#{i:06d}", source=source, text=t)
             for i, t in enumerate(texts)]
@@ -60,13 +80,13 @@ def _curate(source: str, texts: list[str], rejected: list[Rejection]):
         h = hashlib.sha256(d.text.encode("utf-8", "surrogatepass")).hexdigest()
         if h in seen:
             exact += 1
-            rejected.append(Rejection(d.key, source, "exact_dedup", "exact_duplicate",
+            rejected.append(Rejection(d.key, source, "exact_dedup", "exact_dedup:duplicate",
                                       text=d.text, duplicate_of=seen[h]))
         else:
             seen[h] = d.key
             unique.append(d)
     stages = [GopherQualityFilter(), FineWebQualityFilter(),
-              LanguageFilter(languages=["en", "es", "de", "fr", "it"]), FuzzyDedup()]
+              LanguageFilter(languages=["en", "es", "de", "fr", "it"]), _NearDuplicates()]
     stream = iter(unique)
     for st in stages:
         st.sink = rejected.append
@@ -220,7 +240,7 @@ def _removals_run(out: Path) -> Path:
     out.mkdir()
     (out / "quarantine").mkdir()
     qp = out / "quarantine" / "s.parquet"
-    from tokenmill.pipeline.quarantine import to_table, write_quarantine
+    from tokenmill.pipeline.run.quarantine import to_table, write_quarantine
 
     write_quarantine(qp, to_table(rows))
     counts = SourceCounts(read=20, quarantined={"undecodable_bytes": 1},
@@ -259,7 +279,7 @@ def test_a_corrupt_quarantine_file_is_named_in_one_line(tmp_path, capsys, damage
 
 
 def test_report_shows_examples_of_every_removal_reason(tmp_path):
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     out = _removals_run(tmp_path / "run")
     html_text = write_report(out).html.read_text("utf-8")
@@ -293,7 +313,7 @@ def test_report_shows_examples_of_every_removal_reason(tmp_path):
 
 
 def _report_of(out: Path):
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     m = load_manifest(out)
     stages, remaining = document_waterfall(m)
@@ -324,7 +344,7 @@ def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
     """`tokenmill run` draws the plots in worker processes started before the pipeline
     (matplotlib loaded while it runs); the files are byte-identical to drawing them here,
     the HTML too, and a second report gives the same bytes (deterministic)."""
-    from tokenmill.pipeline.report_plots import PlotWorkers
+    from tokenmill.pipeline.report.plots import PlotWorkers
 
     serial = tmp_path / "serial"
     shutil.copytree(run_dir, serial)
@@ -339,10 +359,10 @@ def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
 
 _KILLED_OWNER = """
 import os, sys
-from tokenmill.pipeline.report_plots import PlotWorkers
+from tokenmill.pipeline.report.plots import PlotWorkers
 if __name__ == "__main__":
     w = PlotWorkers(2).__enter__()
-    w.submit(sys.argv[1], __import__("tokenmill.pipeline.report_plots", fromlist=["x"])
+    w.submit(sys.argv[1], __import__("tokenmill.pipeline.report.plots", fromlist=["x"])
              .PlotSpec("m.png", "t", "c", "mixture", {"tokens": [1], "labels": ["a"]})).result()
     print(" ".join(map(str, w._pool._processes)), flush=True)
     os.kill(os.getpid(), 9)
@@ -384,7 +404,7 @@ def test_removed_tokens_beyond_the_budget_are_sampled_then_estimated(run_dir, mo
     (20 of 27 s on the 233 MB bench run). Beyond the byte budget a systematic sample per
     (source, stage) is encoded (those counts exact) and the rest estimated from their bytes;
     the captions say so. Under the budget every count is exact and no caption changes."""
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     m = load_manifest(run_dir)
     quarantine = report._read_quarantine(run_dir, m)
@@ -420,7 +440,7 @@ def test_sampled_token_count_encodes_a_bounded_amount_of_text(monkeypatch):
     """Large documents on the sampled rows (each group's first is always sampled) must
     not blow the budget: a sampled text is cut to max(256, budget // sampled rows)
     characters, and its tokens per byte still give the estimate."""
-    from tokenmill.pipeline import report
+    from tokenmill.pipeline.report import curation_report as report
 
     encoded: list[int] = []
 

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import final_files, shutdown_ray
 from tests.shared import corpora
 from tokenmill.pipeline.config import DatamixConfig, load_datamix
-from tokenmill.pipeline.executor import run_datamix
+from tokenmill.pipeline.run.executor import run_datamix
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ import pytest
 
 from tokenmill.manifests.shards import iter_documents
 from tokenmill.pipeline.config import load_datamix
-from tokenmill.pipeline.executor import run_datamix
+from tokenmill.pipeline.run.executor import run_datamix
 from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import get_encoding
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from tests.shared import corpora
 from tokenmill.manifests.schema import SourceCounts
-from tokenmill.pipeline import stages
 from tokenmill.pipeline.config import DatamixConfig
-from tokenmill.pipeline.executor import run_datamix
-from tokenmill.pipeline.report import STAGE_ORDER
+from tokenmill.pipeline.report.curation_report import report_stage_order
+from tokenmill.pipeline.run import stage_list as stages
+from tokenmill.pipeline.run.executor import run_datamix
 from tokenmill.raysession import ray_session
 
 
@@ -47,13 +47,14 @@ def test_everything_is_derived_from_the_one_stage_list():
     names = [s.name for s in stages.STAGES]
     assert len(set(names)) == len(names)
     # the report's order is the stage list's (read errors right after read)
+    STAGE_ORDER = report_stage_order()
     assert STAGE_ORDER[:2] == ("read", "read_errors")
     assert [n for n in STAGE_ORDER if n not in ("read_errors", "quarantine")] == [
         s.name for s in stages.STAGES if s.in_manifest]
     # every count field of the manifest is fed by some stage, and only those
     fed = {s.counts for s in stages.STAGES if s.counts}
     assert fed == set(SourceCounts.model_fields) - {"read", "kept"}
-    # every stage has the PipelineStep / GlobalStep shape: a name, version, fingerprint
+    # every stage has the DocumentStage / GlobalStage shape: a name, version, fingerprint
     cfg = DatamixConfig(name="x", sources=[{"name": "s", "path": "s",
                                          "document_license": "cc-attributes"}],
                         quality={n: {} for n in ("gopher_quality", "gopher_repetition", "c4",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def test_validation_minimum_rules():
-    from tokenmill.pipeline.shard_writer import val_minimum
+    from tokenmill.pipeline.run.shard_writer import val_minimum
 
     assert val_minimum(10, 0.01, None, 1, 10) == 1  # default for >= 10 kept documents
     assert val_minimum(9, 0.01, None, 1, 10) == 0  # smaller: none by default

@@ -12,7 +12,7 @@ import pytest
 from tokenmill import cli
 from tokenmill.manifests.summary import summary_table
 from tokenmill.pipeline.config import load_datamix
-from tokenmill.pipeline.executor import run_datamix
+from tokenmill.pipeline.run.executor import run_datamix
 from tokenmill.raysession import ray_session
 
 

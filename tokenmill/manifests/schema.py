@@ -44,7 +44,7 @@ class ShardEntry(_Model):
 class SourceCounts(_Model):
     """A source's documents: ``read`` = ``kept`` + the removed ones counted in the other
     fields. Each removal field is fed by the pipeline stages that name it as their
-    ``counts`` (``tokenmill.pipeline.stages``); its ``title`` heads the summary table's
+    ``counts`` (``tokenmill.pipeline.run.stage_list``); its ``title`` heads the summary table's
     column and ``reason_label`` (dict fields) labels its reasons below the table
     (``by_family``: licenses grouped by family there)."""
 

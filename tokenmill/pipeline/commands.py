@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tokenmill.pipeline.config import DatamixConfig
-    from tokenmill.pipeline.executor import RunResult
-    from tokenmill.pipeline.report_plots import PlotWorkers
+    from tokenmill.pipeline.report.plots import PlotWorkers
+    from tokenmill.pipeline.run.executor import RunResult
 
 
 def _run(args: argparse.Namespace) -> int:
     from tokenmill.pipeline.config import load_datamix
-    from tokenmill.pipeline.executor import run_datamix
-    from tokenmill.pipeline.license import LicenseError
-    from tokenmill.pipeline.report_plots import PlotWorkers
-    from tokenmill.pipeline.sources import SourceError
+    from tokenmill.pipeline.read.license import LicenseError
+    from tokenmill.pipeline.read.sources import SourceError
+    from tokenmill.pipeline.report.plots import PlotWorkers
+    from tokenmill.pipeline.run.executor import run_datamix
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     datamix = args.datamix
@@ -69,14 +69,14 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
     print(f"inputs: {sum(len(s.files) for s in res.manifest.sources)} files, {size}, "
           f"sha256 (the resume cache's key) in {res.hash_seconds:.2f} s of task time")
     if not args.no_report:
-        from tokenmill.pipeline.report import write_report
+        from tokenmill.pipeline.report.curation_report import write_report
 
         t0 = time.perf_counter()
         rep = write_report(Path(res.manifest_path).parent, res.manifest, workers=plot_workers)
         print(f"report:   {rep.html} ({len(rep.images)} plots, "
               f"{time.perf_counter() - t0:.1f} s)")
     if args.write_text or cfg.write_text:
-        from tokenmill.pipeline.hubtext import write_hub_text
+        from tokenmill.pipeline.report.hub_text import write_hub_text
 
         txt = write_hub_text(Path(res.manifest_path).parent)
         print(f"text:     {txt.folder} ({txt.documents} documents in {len(txt.files)} parquet "
@@ -125,6 +125,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    "(OUT/text/, loadable with datasets.load_dataset; datamix: write_text: true)")
     p.set_defaults(func=_run)
 
-    from tokenmill.pipeline.report import add_report_parser
+    from tokenmill.pipeline.report.curation_report import add_report_parser
 
     add_report_parser(sub)

@@ -1,0 +1,492 @@
+"""Heuristic quality filters: Gopher quality, Gopher repetition, C4 and FineWeb.
+
+Each filter is a :class:`~tokenmill.pipeline.stage.DocumentFilter` (one stage, its own
+counters); thresholds are constructor keyword arguments defaulting to the values the
+original projects published, so a datamix file can override any of them::
+
+    from tokenmill.pipeline.document.quality import QUALITY_FILTERS, build_quality_filter
+    stage = build_quality_filter("gopher_quality", min_doc_words=30)
+    kept = list(stage(docs))          # stage.stats.rejected: reason -> count
+
+The rejection reason is ``"<filter name>:<check>"``, e.g. ``"gopher_quality:word_count"``
+or ``"fineweb:line_punct_ratio"``. Names: ``gopher_quality``, ``gopher_repetition``,
+``c4``, ``fineweb`` (:data:`QUALITY_FILTERS`).
+
+Sources (thresholds and checks): Rae et al., "Scaling Language Models: Methods, Analysis
+& Insights from Training Gopher" (2021), appendix A.1.1 ("MassiveText" quality and
+repetition filters); Raffel et al., "Exploring the Limits of Transfer Learning with a
+Unified Text-to-Text Transformer" (2020), section 2.2 (C4); Penedo et al., "The FineWeb
+Datasets" (2024), section 3.3 (the three FineWeb filters). The concrete rules follow
+HuggingFace datatrove's implementations (``GopherQualityFilter``,
+``GopherRepetitionFilter``, ``C4QualityFilter``, ``FineWebQualityFilter``; FineWeb's
+reference), and ``tests/pipeline/test_quality_reference.py`` checks that both decide the
+same on real corpora. Words and sentences come from :mod:`tokenmill.pipeline.document.words`, which
+follows the rules of spaCy's English tokenizer and sentencizer (what datatrove uses)
+without spaCy, so ``58.19`` is one word and ``Mr.`` ends no sentence.
+
+:class:`C4QualityFilter` edits the document: like C4 and datatrove it drops lines (no
+terminal punctuation, too few words, javascript, policy text, very long words) and keeps
+the document only if enough sentences remain; dropped lines are counted in
+``stage.line_stats``. Pass ``modify_text=False`` to only decide keep/remove.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+
+from tokenmill.pipeline.document.words import (
+    SENTENCE_TERMINALS,
+    count_sentences,
+    split_words,
+    word_counts,
+)
+from tokenmill.pipeline.stage import Document, DocumentFilter
+
+_PARA_SPLIT = re.compile(r"\n{2,}")
+_LINE_SPLIT = re.compile(r"\n+")
+
+# Gopher's stop-word list (Rae et al. 2021, A.1.1): at least two distinct ones must occur
+# (as written, lower case, as in datatrove).
+GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+
+# C4 (Raffel et al. 2020; tensorflow/datasets c4_utils) as in datatrove.
+# "lines that ended in a terminal punctuation mark (i.e. a period, exclamation mark, question
+# mark, or end quotation mark)": straight quotes, as datatrove.
+C4_END_PUNCTUATION = (".", "?", "!", '"', "'")
+C4_ELLIPSIS = "..."
+C4_POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
+                        "use of cookies", "use cookies")
+C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
+
+# FineWeb's line-end "stop chars": the sentence terminals of every script (". ! ?" and their
+# non-Latin equivalents; Unicode Sentence_Terminal). Not closing brackets or quotes.
+TERMINAL_PUNCTUATION: tuple[str, ...] = tuple(sorted(SENTENCE_TERMINALS))
+
+
+def split_into_words(text: str) -> list[str]:
+    """Words and punctuation marks of ``text``
+    (:func:`tokenmill.pipeline.document.words.split_words`)."""
+    return split_words(text)
+
+
+def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
+    """(number of repeated elements, characters in them), first occurrences excluded
+    (Gopher / datatrove ``find_duplicates``)."""
+    seen: set[str] = set()
+    n = chars = 0
+    for x in items:
+        if x in seen:
+            n += 1
+            chars += len(x)
+        else:
+            seen.add(x)
+    return n, chars
+
+
+def _top_ngram_chars(words: Sequence[str], n: int) -> int:
+    """Characters covered by the most frequent word n-gram (len * count; when every n-gram
+    is unique, the first one: Gopher's "most frequent n-gram", as datatrove counts it).
+    0 when the text has fewer than n words.
+    Pure-Python reference of :func:`_ngram_stats`."""
+    grams = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+    if not grams:
+        return 0
+    gram, count = grams.most_common(1)[0]
+    return len(gram) * count
+
+
+def _dup_ngram_chars(words: Sequence[str], n: int) -> int:
+    """Characters in duplicated word n-grams, non-overlapping (datatrove
+    ``find_all_duplicate``: after a repeat, skip past it). Pure-Python reference of
+    :func:`_ngram_stats` (which compares n-grams word by word, where datatrove compares the
+    words concatenated without separator)."""
+    seen: set[str] = set()
+    chars = 0
+    i = 0
+    last = len(words) - n + 1
+    while i < last:
+        gram = "".join(words[i:i + n])
+        if gram in seen:
+            chars += len(gram)
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return chars
+
+
+@numba.njit(cache=True)
+def _gram_groups(wh, n):
+    """Word n-grams as dense ids: (int64[m] id per start position, int64[k] first position
+    of each id, int64[k] count of each id), m = len(wh) - n + 1. n-grams are compared by a
+    64-bit hash of their word hashes (a collision needs ~2^32 distinct n-grams)."""
+    m = wh.shape[0] - n + 1
+    h = wh[:m].copy()
+    for k in range(1, n):
+        for i in range(m):
+            h[i] = (h[i] * np.int64(1000003)) ^ wh[i + k]
+    order = np.argsort(h, kind="mergesort")  # stable: a group's first entry comes first
+    ids = np.empty(m, np.int64)
+    first = np.empty(m, np.int64)
+    counts = np.zeros(m, np.int64)
+    g = -1
+    for j in range(m):
+        p = order[j]
+        if j == 0 or h[p] != h[order[j - 1]]:
+            g += 1
+            first[g] = p
+        ids[p] = g
+        counts[g] += 1
+    return ids, first[:g + 1], counts[:g + 1]
+
+
+@numba.njit(cache=True)
+def _ngram_stats(wh, wl, top_ns, dup_ns):
+    """Gopher repetition statistics over word hashes ``wh`` (int64) and word lengths
+    ``wl`` (int64, characters): for each n in ``top_ns`` the characters of the most
+    frequent n-gram times its count (``" "``-joined length; 0 if there is none; ties go
+    to the first seen), and for each n in ``dup_ns`` the characters in repeated n-grams,
+    skipping past each repeat (datatrove ``find_all_duplicate``). Returns (int64[len(top_ns)],
+    int64[len(dup_ns)])."""
+    nw = wh.shape[0]
+    csum = np.zeros(nw + 1, np.int64)
+    for i in range(nw):
+        csum[i + 1] = csum[i] + wl[i]
+    top = np.zeros(top_ns.shape[0], np.int64)
+    for t in range(top_ns.shape[0]):
+        n = top_ns[t]
+        if nw - n + 1 <= 0:
+            continue
+        _, first, counts = _gram_groups(wh, n)
+        best_c, best_i = 0, 0
+        for g in range(counts.shape[0]):
+            if counts[g] > best_c or (counts[g] == best_c and first[g] < best_i):
+                best_c, best_i = counts[g], first[g]
+        top[t] = (csum[best_i + n] - csum[best_i] + n - 1) * best_c
+    dup = np.zeros(dup_ns.shape[0], np.int64)
+    for t in range(dup_ns.shape[0]):
+        n = dup_ns[t]
+        if nw - n + 1 <= 0:
+            continue
+        ids, first, _ = _gram_groups(wh, n)
+        seen = np.zeros(first.shape[0], np.bool_)
+        i = 0
+        while i < nw - n + 1:  # after a repeat, skip past it
+            if seen[ids[i]]:
+                dup[t] += csum[i + n] - csum[i]
+                i += n
+            else:
+                seen[ids[i]] = True
+                i += 1
+    return top, dup
+
+
+class GopherQualityFilter(DocumentFilter):
+    """Gopher quality rules (Rae et al. 2021, A.1.1; datatrove ``GopherQualityFilter``).
+
+    Remove a document whose non-symbol word count is outside
+    [``min_doc_words``, ``max_doc_words``] (``word_count``), whose mean non-symbol word
+    length is outside [``min_avg_word_length``, ``max_avg_word_length``] characters
+    (``mean_word_length``), with more than ``max_symbol_word_ratio`` ``#`` or ellipses per
+    word (``symbol_ratio``), more than ``max_bullet_lines_ratio`` of lines starting with a
+    bullet (``bullet_lines``), more than ``max_ellipsis_lines_ratio`` of lines ending in an
+    ellipsis (``ellipsis_lines``), fewer than ``min_alpha_words_ratio`` of words holding a
+    letter (``alpha_ratio``; datatrove calls it ``max_non_alpha_words_ratio``) or fewer than
+    ``min_stop_words`` distinct Gopher stop words (``stop_words``; "the" twice is one).
+    Words come from :func:`tokenmill.pipeline.document.words.split_words`. ``None`` disables a
+    check.
+    """
+
+    name = "gopher_quality"
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
+
+    def __init__(self, min_doc_words: int | None = 50, max_doc_words: int | None = 100_000,
+                 min_avg_word_length: float | None = 3, max_avg_word_length: float | None = 10,
+                 max_symbol_word_ratio: float | None = 0.1,
+                 max_bullet_lines_ratio: float | None = 0.9,
+                 max_ellipsis_lines_ratio: float | None = 0.3,
+                 min_alpha_words_ratio: float | None = 0.8, min_stop_words: int | None = 2,
+                 stop_words: Iterable[str] | None = None) -> None:
+        cfg: dict[str, Any] = dict(
+            min_doc_words=min_doc_words, max_doc_words=max_doc_words,
+            min_avg_word_length=min_avg_word_length, max_avg_word_length=max_avg_word_length,
+            max_symbol_word_ratio=max_symbol_word_ratio,
+            max_bullet_lines_ratio=max_bullet_lines_ratio,
+            max_ellipsis_lines_ratio=max_ellipsis_lines_ratio,
+            min_alpha_words_ratio=min_alpha_words_ratio, min_stop_words=min_stop_words,
+            stop_words=sorted(stop_words) if stop_words is not None else None)
+        super().__init__(**cfg)
+        self.c = cfg
+        self.stop_words = frozenset(stop_words) if stop_words is not None \
+            else GOPHER_STOP_WORDS
+
+    def reason(self, doc: Document) -> str | None:
+        c = self.c
+        text = doc.text
+        n_words, n, content_chars, n_alpha, vocab = word_counts(text)
+        if c["min_doc_words"] is not None and n < c["min_doc_words"]:
+            return "gopher_quality:word_count"
+        if c["max_doc_words"] is not None and n > c["max_doc_words"]:
+            return "gopher_quality:word_count"
+        mean_len = content_chars / n if n else 0.0
+        if c["min_avg_word_length"] is not None and mean_len < c["min_avg_word_length"]:
+            return "gopher_quality:mean_word_length"
+        if c["max_avg_word_length"] is not None and mean_len > c["max_avg_word_length"]:
+            return "gopher_quality:mean_word_length"
+        if c["max_symbol_word_ratio"] is not None and n_words:
+            hashes = text.count("#") / n_words
+            ellipses = (text.count("...") + text.count("…")) / n_words
+            if max(hashes, ellipses) > c["max_symbol_word_ratio"]:
+                return "gopher_quality:symbol_ratio"
+        lines = text.splitlines()
+        if lines:
+            if c["max_bullet_lines_ratio"] is not None:
+                bullets = sum(ln.lstrip().startswith(("•", "-"))
+                              for ln in lines)
+                if bullets / len(lines) > c["max_bullet_lines_ratio"]:
+                    return "gopher_quality:bullet_lines"
+            if c["max_ellipsis_lines_ratio"] is not None:
+                ell = sum(ln.rstrip().endswith(("...", "…")) for ln in lines)
+                if ell / len(lines) > c["max_ellipsis_lines_ratio"]:
+                    return "gopher_quality:ellipsis_lines"
+        if c["min_alpha_words_ratio"] is not None and n_words:
+            if n_alpha / n_words < c["min_alpha_words_ratio"]:
+                return "gopher_quality:alpha_ratio"
+        if c["min_stop_words"] is not None:
+            if len(self.stop_words.intersection(vocab)) < c["min_stop_words"]:
+                return "gopher_quality:stop_words"
+        return None
+
+
+class GopherRepetitionFilter(DocumentFilter):
+    """Gopher repetition rules (Rae et al. 2021, A.1.1 table A1; datatrove
+    ``GopherRepetitionFilter``).
+
+    Fractions of the document that are repeated: duplicate lines (``dup_line_frac`` of
+    lines, ``dup_line_char_frac`` of characters), duplicate paragraphs (split at blank
+    lines; ``dup_para_frac``, ``dup_para_char_frac``), the most frequent word n-gram's
+    characters for n = 2, 3, 4 (``top_n_grams``: 0.20, 0.18, 0.16; reason ``top_<n>_gram``)
+    and characters in duplicated n-grams for n = 5..10 (``dup_n_grams``: 0.15 .. 0.10;
+    reason ``dup_<n>_gram``). Character fractions are of ``len(text)``. The n-gram counts
+    run in numba (:func:`_ngram_stats`) over per-word hashes.
+    """
+
+    name = "gopher_repetition"
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
+
+    def __init__(self, dup_line_frac: float | None = 0.3, dup_para_frac: float | None = 0.3,
+                 dup_line_char_frac: float | None = 0.2,
+                 dup_para_char_frac: float | None = 0.2,
+                 top_n_grams: Sequence[tuple[int, float]] = ((2, 0.2), (3, 0.18), (4, 0.16)),
+                 dup_n_grams: Sequence[tuple[int, float]] = (
+                     (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+                 ) -> None:
+        cfg: dict[str, Any] = dict(
+            dup_line_frac=dup_line_frac, dup_para_frac=dup_para_frac,
+            dup_line_char_frac=dup_line_char_frac, dup_para_char_frac=dup_para_char_frac,
+            top_n_grams=[list(x) for x in top_n_grams],
+            dup_n_grams=[list(x) for x in dup_n_grams])
+        super().__init__(**cfg)
+        self.c = cfg
+        self._top_n = np.array([int(n) for n, _ in top_n_grams] or [0], np.int64)[
+            : len(top_n_grams)]
+        self._dup_n = np.array([int(n) for n, _ in dup_n_grams] or [0], np.int64)[
+            : len(dup_n_grams)]
+
+    def reason(self, doc: Document) -> str | None:
+        c = self.c
+        text = doc.text
+        if not text:
+            return "gopher_repetition:empty"
+        n_chars = len(text)
+        paras = _PARA_SPLIT.split(text.strip())
+        n_dup, dup_chars = _find_duplicates(paras)
+        if c["dup_para_frac"] is not None and paras and n_dup / len(paras) > c["dup_para_frac"]:
+            return "gopher_repetition:dup_para_frac"
+        if c["dup_para_char_frac"] is not None and dup_chars / n_chars > c["dup_para_char_frac"]:
+            return "gopher_repetition:dup_para_char_frac"
+        lines = _LINE_SPLIT.split(text)
+        n_dup, dup_chars = _find_duplicates(lines)
+        if c["dup_line_frac"] is not None and lines and n_dup / len(lines) > c["dup_line_frac"]:
+            return "gopher_repetition:dup_line_frac"
+        if c["dup_line_char_frac"] is not None and dup_chars / n_chars > c["dup_line_char_frac"]:
+            return "gopher_repetition:dup_line_char_frac"
+        words = split_into_words(text)
+        wh = np.fromiter(map(hash, words), np.int64, len(words))
+        wl = np.fromiter(map(len, words), np.int64, len(words))
+        top, dup = _ngram_stats(wh, wl, self._top_n, self._dup_n)
+        for (n, frac), chars in zip(c["top_n_grams"], top, strict=True):
+            if chars / n_chars > frac:
+                return f"gopher_repetition:top_{n}_gram"
+        for (n, frac), chars in zip(c["dup_n_grams"], dup, strict=True):
+            if chars / n_chars > frac:
+                return f"gopher_repetition:dup_{n}_gram"
+        return None
+
+
+class C4QualityFilter(DocumentFilter):
+    """C4's clean-up rules (Raffel et al. 2020, section 2.2; datatrove ``C4QualityFilter``).
+
+    Line by line (``split_paragraph``: lines are ``text.splitlines()``): drop a line with a
+    word longer than ``max_word_length`` characters, strip Wikipedia citation marks, drop a
+    line that does not end in terminal punctuation (``. ? ! "``) or ends in ``...``, that has
+    fewer than ``min_words_per_line`` words, that mentions ``javascript``, or that holds
+    cookie/privacy/terms-of-use policy text. Remove the document if a kept line contains
+    ``lorem ipsum`` (``c4:lorem_ipsum``) or ``{`` (``c4:curly_bracket``), if fewer than
+    ``min_num_sentences`` sentences remain (``c4:too_few_sentences``), or, when
+    ``bad_words`` is given (C4 used the LDNOOBW list; none is bundled), if any kept word is
+    in it (``c4:bad_words``). Kept documents get the kept lines as text when
+    ``modify_text``.
+    """
+
+    name = "c4"
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
+
+    def __init__(self, split_paragraph: bool = True, remove_citations: bool = True,
+                 filter_no_terminal_punct: bool = True, min_num_sentences: int = 5,
+                 min_words_per_line: int = 3, max_word_length: int = 1000,
+                 filter_lorem_ipsum: bool = True, filter_javascript: bool = True,
+                 filter_curly_bracket: bool = True, filter_policy: bool = True,
+                 bad_words: Iterable[str] | None = None, modify_text: bool = True) -> None:
+        cfg: dict[str, Any] = dict(
+            split_paragraph=split_paragraph, remove_citations=remove_citations,
+            filter_no_terminal_punct=filter_no_terminal_punct,
+            min_num_sentences=min_num_sentences, min_words_per_line=min_words_per_line,
+            max_word_length=max_word_length, filter_lorem_ipsum=filter_lorem_ipsum,
+            filter_javascript=filter_javascript, filter_curly_bracket=filter_curly_bracket,
+            filter_policy=filter_policy,
+            bad_words=sorted(bad_words) if bad_words is not None else None,
+            modify_text=modify_text)
+        super().__init__(**cfg)
+        self.c = cfg
+        self.bad_words = frozenset(w.lower() for w in bad_words) if bad_words else None
+        self.line_stats: Counter = Counter()
+
+    @staticmethod
+    def _sentences(line: str) -> int:
+        return count_sentences(split_words(line))
+
+    def reason(self, doc: Document) -> str | None:
+        c = self.c
+        if c["split_paragraph"]:
+            lines = doc.text.splitlines()
+        else:
+            lines = [s for s in re.split(r"(?<=[.!?])\s+", doc.text) if s]
+        kept: list[str] = []
+        n_sent = 0
+        for line in lines:
+            line = line.strip()
+            words = line.split()
+            self.line_stats["line_total"] += 1
+            if c["max_word_length"] != -1 and any(len(w) > c["max_word_length"] for w in words):
+                self.line_stats["line_too_long_word"] += 1
+                continue
+            if c["remove_citations"]:
+                line = C4_CITATION.sub("", line)
+            if c["filter_no_terminal_punct"] and (not line.endswith(C4_END_PUNCTUATION)
+                                                  or line.endswith(C4_ELLIPSIS)):
+                self.line_stats["line_no_terminal_punct"] += 1
+                continue
+            if len(words) < c["min_words_per_line"]:
+                self.line_stats["line_too_few_words"] += 1
+                continue
+            low = line.lower()
+            if c["filter_lorem_ipsum"] and "lorem ipsum" in low:
+                return "c4:lorem_ipsum"
+            if c["filter_javascript"] and "javascript" in low:
+                self.line_stats["line_javascript"] += 1
+                continue
+            if c["filter_curly_bracket"] and "{" in line:
+                return "c4:curly_bracket"
+            if c["filter_policy"] and any(p in low for p in C4_POLICY_SUBSTRINGS):
+                self.line_stats["line_policy"] += 1
+                continue
+            if self.bad_words and any(w.lower() in self.bad_words
+                                      for w in split_into_words(line)):
+                return "c4:bad_words"
+            n_sent += self._sentences(line) if c["split_paragraph"] else 1
+            kept.append(line)
+        if c["min_num_sentences"] != -1 and n_sent < c["min_num_sentences"]:
+            return "c4:too_few_sentences"
+        if c["modify_text"]:
+            doc.text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
+        return None
+
+
+class FineWebQualityFilter(DocumentFilter):
+    """FineWeb's own filters (Penedo et al. 2024, section 3.3; datatrove
+    ``FineWebQualityFilter``).
+
+    Over non-blank lines: remove a document if fewer than ``line_punct_thr`` of lines end in
+    a sentence terminal (``. ! ?`` and their equivalents in other scripts, Unicode
+    ``Sentence_Terminal``; not ``)``, quotes or ``…``; the line as written, not right-stripped)
+    (``line_punct_ratio``; with ``line_punct_exclude_zero`` a ratio of exactly 0 is let
+    through), if more than ``short_line_thr`` of lines are at most ``short_line_length``
+    characters (``short_line_ratio``), if duplicated lines hold more than
+    ``char_duplicates_ratio`` of the non-newline characters (``char_dup_ratio``), or
+    if there are more than ``new_line_ratio`` newlines per word (``list_ratio``). A
+    document with no non-blank line is ``empty``.
+    """
+
+    name = "fineweb"
+    version = 2  # 2: words/sentences split as spaCy does, thresholds as datatrove
+
+    def __init__(self, line_punct_thr: float = 0.12, line_punct_exclude_zero: bool = False,
+                 short_line_thr: float = 0.67, short_line_length: int = 30,
+                 char_duplicates_ratio: float = 0.01, new_line_ratio: float = 0.3,
+                 stop_chars: Sequence[str] | None = None) -> None:
+        cfg: dict[str, Any] = dict(
+            line_punct_thr=line_punct_thr, line_punct_exclude_zero=line_punct_exclude_zero,
+            short_line_thr=short_line_thr, short_line_length=short_line_length,
+            char_duplicates_ratio=char_duplicates_ratio, new_line_ratio=new_line_ratio,
+            stop_chars=list(stop_chars) if stop_chars is not None else None)
+        super().__init__(**cfg)
+        self.c = cfg
+        self.stop_chars = tuple(stop_chars) if stop_chars is not None else TERMINAL_PUNCTUATION
+
+    def reason(self, doc: Document) -> str | None:
+        c = self.c
+        text = doc.text
+        lines = [ln for ln in text.split("\n") if ln.strip()]
+        if not lines:
+            return "fineweb:empty"
+        ratio = sum(ln.endswith(self.stop_chars) for ln in lines) / len(lines)
+        if ratio < c["line_punct_thr"] and not (ratio == 0 and c["line_punct_exclude_zero"]):
+            return "fineweb:line_punct_ratio"
+        ratio = sum(len(ln) <= c["short_line_length"] for ln in lines) / len(lines)
+        if ratio > c["short_line_thr"]:
+            return "fineweb:short_line_ratio"
+        ratio = _find_duplicates(lines)[1] / max(1, len(text.replace("\n", "")))
+        if ratio > c["char_duplicates_ratio"]:
+            return "fineweb:char_dup_ratio"
+        words = split_into_words(text)
+        if words and text.count("\n") / len(words) > c["new_line_ratio"]:
+            return "fineweb:list_ratio"
+        return None
+
+
+QUALITY_FILTERS: dict[str, type[DocumentFilter]] = {
+    cls.name: cls for cls in (GopherQualityFilter, GopherRepetitionFilter, C4QualityFilter,
+                              FineWebQualityFilter)
+}
+
+
+def build_quality_filter(name: str, **thresholds: Any) -> DocumentFilter:
+    """The quality filter called ``name`` with ``thresholds`` overriding its defaults.
+
+    Raises:
+        ValueError: unknown filter name (the message lists the known ones).
+        TypeError: unknown threshold name for that filter.
+    """
+    try:
+        cls = QUALITY_FILTERS[name]
+    except KeyError:
+        raise ValueError(f"unknown quality filter {name!r}; known: "
+                         f"{', '.join(sorted(QUALITY_FILTERS))}") from None
+    return cls(**thresholds)

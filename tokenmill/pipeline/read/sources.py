@@ -1,0 +1,238 @@
+"""Sources: resolve a datamix source to a folder of data files with a license.
+
+A source is a folder laid out like a Hugging Face dataset repository (a ``README.md``
+dataset card whose YAML front matter gives ``license``, data files below it), either
+local or fetched from the Hub with ``huggingface_hub.snapshot_download`` at a pinned
+revision (the resolved commit sha is recorded; a revision given as a 40-hex sha, in
+either case, is a commit sha: read as lower case, as the Hub writes them, and it must be
+the snapshot's). A Hub source may name a dataset ``config`` and ``split``: then
+``datasets`` resolves which data files of the snapshot hold them (the card's
+``configs:`` YAML, else the file layout), and those are read. Hub downloads honour the usual
+``HF_HOME`` / ``HF_HUB_CACHE`` / ``HF_HUB_OFFLINE`` settings, so an offline machine with
+a filled cache runs exactly the calls a networked one does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tokenmill.pipeline.config import DatamixConfig, SourceConfig
+from tokenmill.pipeline.read.license import LicenseError, check_source_licenses
+from tokenmill.pipeline.read.readers import is_data_file, printable_name
+
+_CARD = "README.md"
+
+
+class SourceError(ValueError):
+    """A source cannot be used (missing folder, no license, disallowed license...)."""
+
+
+class MissingLicenseError(SourceError):
+    """A source has no license, in its dataset card (``card``) or the datamix."""
+
+    def __init__(self, message: str, card: Path) -> None:
+        super().__init__(message)
+        self.card = card
+
+
+@dataclass
+class ResolvedSource:
+    name: str
+    root: Path
+    origin: str
+    revision: str | None
+    license: str
+    per_document_license: bool
+    files: list[str]  # posix paths relative to root, sorted
+    skipped_files: list[str] = field(default_factory=list)
+    config: SourceConfig | None = None
+
+
+def read_card_license(folder: Path) -> str | None:
+    """The ``license`` of a dataset card's YAML front matter, lowercased, or ``None``."""
+    card = folder / _CARD
+    if not card.exists():
+        return None
+    text = card.read_text(encoding="utf-8", errors="replace")
+    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
+    if not m:
+        return None
+    try:
+        meta = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as e:
+        raise SourceError(f"{card}: unreadable YAML front matter: {e}") from e
+    lic = meta.get("license")
+    if isinstance(lic, list):
+        lic = lic[0] if len(lic) == 1 else "+".join(map(str, lic))
+    return str(lic).strip().lower() if lic is not None else None
+
+
+def _list_files(root: Path) -> tuple[list[str], list[str]]:
+    files, skipped = [], []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(root).as_posix()
+        if rel == _CARD or any(part.startswith(".") for part in Path(rel).parts):
+            continue
+        if is_data_file(rel):
+            files.append(rel)  # as the file system gave it: the readers open it
+        else:
+            skipped.append(printable_name(rel))  # only reported: valid UTF-8
+    return files, skipped
+
+
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def _snapshot(src: SourceConfig) -> tuple[Path, str]:
+    """Download (or find in the cache) the source's Hub snapshot; returns its folder and
+    commit sha. A 40-hex revision is a commit sha in either case (lower-cased before the
+    download and the comparison). Raises ``ValueError`` when the datamix pins a 40-hex
+    sha and the snapshot is another commit."""
+    from huggingface_hub import snapshot_download
+
+    repo_id, _, revision = src.hub.partition("@")
+    if _SHA.fullmatch(revision.lower()):
+        revision = revision.lower()  # commit shas are lower case on the Hub and in its cache
+    patterns = None
+    if src.allow_patterns:
+        patterns = [_CARD, *src.allow_patterns]
+    folder = snapshot_download(
+        repo_id=repo_id, repo_type="dataset", revision=revision or None,
+        allow_patterns=patterns,
+    )
+    folder = Path(folder)
+    commit = folder.name  # snapshot folders are named by the commit sha
+    if _SHA.fullmatch(revision) and commit != revision:
+        raise ValueError(f"pinned revision {revision} resolved to snapshot {commit}")
+    return folder, commit
+
+
+def _dataset_files(root: Path, src: SourceConfig) -> list[str]:
+    """The data files of the source's dataset ``config`` and ``split`` in a Hub snapshot
+    folder, as ``datasets`` resolves them (the card's ``configs:`` YAML, else the
+    standard file layout), relative to ``root``, in ``datasets``' order.
+
+    Raises:
+        SourceError: an unknown config or split (naming the ones there are), or data
+            files of a type tokenmill does not read.
+    """
+    import datasets
+
+    split = src.split or "train"
+    try:
+        builder = datasets.load_dataset_builder(str(root), name=src.config)
+    except (ValueError, OSError, datasets.exceptions.DatasetsError) as e:
+        # an unknown or missing config (datasets names the available ones), a config
+        # whose files match nothing, a snapshot without data files: one line, the usage
+        # example datasets appends (naming the snapshot folder as a dataset) left out
+        first = str(e).split("\nExample of usage", 1)[0]
+        raise SourceError(f"source {src.name!r}: dataset {src.hub} config "
+                          f"{src.config or 'default'!r}: {' '.join(first.split())}") from e
+    files = builder.config.data_files or {}
+    if split not in files:
+        raise SourceError(f"source {src.name!r}: no split {split!r} in config "
+                          f"{builder.config.name!r} of {src.hub} (splits: "
+                          f"{', '.join(map(str, files)) or 'none'})")
+    rels = [Path(os.path.relpath(f, root)).as_posix() for f in files[split]]
+    bad = [r for r in rels if r.startswith("../") or not is_data_file(r)]
+    if bad:
+        raise SourceError(f"source {src.name!r}: data files of config "
+                          f"{builder.config.name!r} split {split!r} not readable by "
+                          f"tokenmill: {', '.join(printable_name(b) for b in bad[:3])}")
+    return rels
+
+
+def hub_origin(src: SourceConfig) -> str:
+    """A Hub source's ``origin`` in the manifest: ``hub:org/name``, and for a dataset
+    config/split ``hub:org/name?config=CONFIG&split=SPLIT`` (the revision is recorded
+    beside it, as the commit sha)."""
+    origin = f"hub:{src.hub.partition('@')[0]}"
+    if src.config is not None or src.split is not None:
+        origin += f"?config={src.config or 'default'}&split={src.split or 'train'}"
+    return origin
+
+
+def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
+    """Locate a source's files and license. Raises :class:`SourceError` naming the source."""
+    if src.hub is not None:
+        try:
+            root, revision = _snapshot(src)
+        except Exception as e:
+            raise SourceError(f"source {src.name!r}: could not fetch Hub dataset {src.hub} "
+                              f"({type(e).__name__}: {e})") from e
+        origin = hub_origin(src)
+    else:
+        base = Path(cfg.data_root) if cfg.data_root else Path.cwd()
+        root = (base / src.path).resolve()
+        if not root.is_dir():
+            raise SourceError(f"source {src.name!r}: folder {root} does not exist")
+        revision = None
+        origin = src.path
+    license_ = (src.license or read_card_license(root) or "").lower()
+    if not license_:
+        raise MissingLicenseError(f"source {src.name!r}: no license in {root / _CARD} and "
+                                  "none set in the datamix file", card=root / _CARD)
+    files, skipped = _list_files(root)
+    if src.hub is not None and (src.config is not None or src.split is not None):
+        files, skipped = _dataset_files(root, src), []
+    elif src.allow_patterns and src.hub is None:
+        import fnmatch
+
+        files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
+    if not files:
+        raise SourceError(f"source {src.name!r}: no readable data files under {root}")
+    return ResolvedSource(
+        name=src.name, root=root, origin=origin, revision=revision, license=license_,
+        per_document_license=src.document_license is not None, files=files,
+        skipped_files=skipped, config=src,
+    )
+
+
+class SourceLicenseError(SourceError, LicenseError):
+    """Sources without a license or with one not allowed, all named in one line."""
+
+
+def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
+    """:func:`resolve_source` for every source of ``cfg``, in order, with their licenses
+    checked against the allow-list.
+
+    Raises:
+        SourceError: one error, one line, listing every source that cannot be used
+            (missing folder, no data files...), so a user fixes them all in one go; a
+            :class:`SourceLicenseError` (also a ``LicenseError``) when any of them is
+            about licenses: every source without a license and every source whose
+            license is not allowed, together (not one error per run).
+    """
+    resolved: list[ResolvedSource] = []
+    missing: list[str] = []
+    problems: list[str] = []
+    for src in cfg.sources:
+        try:
+            resolved.append(resolve_source(cfg, src))
+        except MissingLicenseError as e:
+            missing.append(f"{src.name!r} (no license in {e.card})")
+        except SourceError as e:
+            problems.append(str(e))
+    unusable = len(problems) + len(missing)
+    license_problems = []
+    if missing:
+        license_problems.append(
+            f"no license for {len(missing)} source(s): {', '.join(missing)}; set `license:` "
+            "on the source in the datamix, or in the dataset card's front matter")
+    try:
+        check_source_licenses(cfg, resolved)
+    except LicenseError as e:
+        license_problems.append(str(e))
+    if not problems and not license_problems:
+        return resolved
+    message = "; ".join(problems + license_problems)
+    if problems:
+        message = f"{unusable} of {len(cfg.sources)} sources cannot be used: {message}"
+    raise (SourceLicenseError if license_problems else SourceError)(message)

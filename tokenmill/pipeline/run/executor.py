@@ -1,0 +1,267 @@
+"""The executor: plans units of work and runs the stages of
+:data:`~tokenmill.pipeline.run.stage_list.STAGES` on Ray. It knows stages only by their scope.
+
+Order of work for ``tokenmill run``:
+
+1. resolve sources (local folders, Hub snapshots) and refuse missing or disallowed
+   licenses, all in one error;
+2. ``prepare`` tasks, one per unit (a data file, or up to ``files_per_block`` small
+   files): hash its files (size and sha256 key its blocks), read, then the source's
+   ``document`` stages, then the ``global`` stages' per-block columns, committed per
+   block of ``block_documents`` rows and per stage (:mod:`tokenmill.pipeline.run.prepare_task`);
+3. the ``global`` stages' decisions, in order (each stage's ``decide``, in hash
+   partitions on Ray; :mod:`tokenmill.pipeline.run.removals`: per block, a removals file);
+4. the ``block`` stage (tokenize) per block: drop the removed documents, tokenize
+   (:mod:`tokenmill.pipeline.run.tokenize_task`);
+5. the ``source`` stage (shard writing) per source: shards, sidecars, quarantine
+   (:mod:`tokenmill.pipeline.run.shard_writer`);
+6. the manifest (:mod:`tokenmill.pipeline.run.accounting`: counts, input files, warnings),
+   written last and atomically.
+
+Every output is content-addressed by its inputs and its stage's version and config, so
+the result is byte-identical whatever the number of Ray workers, and a rerun reuses
+finished blocks and stages. Every task receives a frozen dataclass (its spec, with the
+stages as :class:`~tokenmill.pipeline.run.stage_list.StageCall`) and builds its stage
+objects once; the tasks run through :mod:`tokenmill.pipeline.run.tasks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenmill.manifests.schema import (
+    MANIFEST_NAME,
+    CurationWarning,
+    DatamixManifest,
+    InputFile,
+    QuarantineEntry,
+)
+from tokenmill.manifests.shards import version_for_vocab
+from tokenmill.pipeline.config import DatamixConfig
+from tokenmill.pipeline.read.readers import is_whole_file, printable_name
+from tokenmill.pipeline.read.sources import ResolvedSource, resolve_sources
+from tokenmill.pipeline.run import stage_list
+from tokenmill.pipeline.run.accounting import file_documents, source_entry, source_warnings
+from tokenmill.pipeline.run.intermediate import content_hash
+from tokenmill.pipeline.run.prepare_task import PrepareTask, prepare_unit
+from tokenmill.pipeline.run.removals import decide_global
+from tokenmill.pipeline.run.shard_writer import WriteSourceTask, write_source
+from tokenmill.pipeline.run.tasks import run_each
+from tokenmill.pipeline.run.tokenize_task import TokenizeTask, tokenize_block
+from tokenmill.raysession import ray_session
+from tokenmill.tokenizers import TokenizerIdentity, identity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Block:
+    """Up to ``block_documents`` rows of a unit: the granularity of resume."""
+
+    source: ResolvedSource
+    prepare_digest: str
+    prepare_info: dict[str, Any]
+    stage_reused: dict[str, bool] = field(default_factory=dict)
+    tokenize_digest: str = ""
+    tokenize_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Unit:
+    source: ResolvedSource
+    files: list[str]
+    #: [[path, size, sha256]] of its files, as its prepare task hashed them
+    hashed: list[list] = field(default_factory=list)
+    hash_seconds: float = 0.0
+
+
+@dataclass
+class RunResult:
+    manifest_path: Path
+    manifest: DatamixManifest
+    seconds: float
+    reused_units: int  # blocks whose prepare and tokenize outputs were both reused
+    total_units: int  # blocks in all
+    reused_prepare: int = 0
+    reused_tokenize: int = 0
+    recovered: list[str] = field(default_factory=list)  # corrupt intermediates recomputed
+    # per stage name: [blocks whose output was reused, blocks computed]
+    stage_blocks: dict[str, list[int]] = field(default_factory=dict)
+    input_bytes: int = 0  # bytes of the input files (each hashed once per run)
+    hash_seconds: float = 0.0  # task time spent hashing them (summed over tasks)
+
+    @property
+    def warnings(self) -> list[CurationWarning]:
+        """The manifest's warnings (empty files and sources, high quarantine shares)."""
+        return self.manifest.warnings
+
+
+def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
+    """Split every source into units: each row-format file alone; whole-file documents
+    in groups of ``files_per_block``. The plan depends only on the file lists."""
+    out = []
+    for src in sources:
+        whole = [f for f in src.files if is_whole_file(f)]
+        rows = [f for f in src.files if not is_whole_file(f)]
+        groups = [[f] for f in rows]
+        groups += [whole[i : i + cfg.files_per_block]
+                   for i in range(0, len(whole), cfg.files_per_block)]
+        for files in sorted(groups):
+            out.append(Unit(source=src, files=files))
+    return out
+
+
+def run_datamix(
+    cfg: DatamixConfig, *, ray_address: str | None = None, num_cpus: int | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Curate a datamix into shards + manifest under ``cfg.output_dir``.
+
+    Raises:
+        SourceError / LicenseError: before any work, naming the source (and license).
+    """
+    t0 = time.perf_counter()
+    tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
+    sources = resolve_sources(cfg)
+    out_dir = Path(cfg.output_dir).resolve()
+    plan = plan_units(cfg, sources)
+    with ray_session(ray_address, num_cpus):
+        return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
+
+
+def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:
+    """Hash + read + document stages + global stages' columns, per unit on Ray."""
+    specs = []
+    for u in plan:
+        sc = u.source.config
+        specs.append(PrepareTask(
+            work=str(work), source=u.source.name, root=str(u.source.root),
+            files=tuple(u.files), text_field=sc.text_field,
+            max_document_bytes=cfg.max_document_bytes, limit=sc.max_documents,
+            block_documents=cfg.block_documents,
+            stages=stage_list.calls(cfg, sc, "document"),
+            globals=stage_list.calls(cfg, sc, "global")))
+    per_unit = run_each(prepare_unit, specs, "read+normalize", progress)
+    for u, res in zip(plan, per_unit, strict=True):
+        u.hashed, u.hash_seconds = res["files"], res["hash_seconds"]
+    return [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"],
+                  stage_reused=b["reused"])
+            for u, res in zip(plan, per_unit, strict=True) for b in res["blocks"]]
+
+
+def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The global stages' decisions, in order, in hash partitions on Ray
+    (:func:`~tokenmill.pipeline.run.removals.decide_global`): per block its removals
+    file's digest, and the stages' manifest records by stage name."""
+    src = cfg.sources[0]  # global stages are configured per datamix, not per source
+    global_stages = [c.build() for c in stage_list.calls(cfg, src, "global")]
+    return decide_global(str(work), [b.prepare_digest for b in blocks], global_stages,
+                         cfg.dedup.partitions, progress)
+
+
+def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
+              removals: list[dict[str, Any]], work: Path, progress: bool) -> None:
+    """The block stage (tokenize), per block on Ray; each task reads its block's removals."""
+    call, = stage_list.calls(cfg, cfg.sources[0], "block")
+    fingerprint = call.build().fingerprint()
+    meta = stage_list.metadata_names()
+    specs = []
+    for b, dups in zip(blocks, removals, strict=True):
+        b.tokenize_digest = content_hash(call.name, fingerprint, tok.model_dump(),
+                                         b.prepare_digest, dups["content"])
+        specs.append(TokenizeTask(str(work), b.tokenize_digest, b.prepare_digest,
+                                  b.source.name, str(work / "dedup"), dups["removals"],
+                                  call, meta))
+    infos = run_each(tokenize_block, specs, "tokenize", progress)
+    for b, info in zip(blocks, infos, strict=True):
+        b.tokenize_info = info
+
+
+def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSource],
+           blocks: list[Block], out_dir: Path, progress: bool) -> list[dict[str, Any]]:
+    """The source stage (shard writing), per source on Ray."""
+    # From here the shards change: a manifest of an earlier run must not sit beside them
+    # (a crash now leaves no manifest, never a manifest that lies).
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
+    _remove_stale_sources(out_dir, {s.name for s in sources})
+    specs = []
+    for src in sources:
+        call, = stage_list.calls(cfg, src.config, "source")
+        specs.append(WriteSourceTask(
+            work=str(out_dir / "work"), output_dir=str(out_dir), source=src.name,
+            units=tuple((b.prepare_digest, b.tokenize_digest)
+                        for b in blocks if b.source is src),
+            shards=call.build(), shard_version=version_for_vocab(tok.n_vocab),
+            meta_columns=stage_list.metadata_names()))
+    return run_each(write_source, specs, "write shards", progress)
+
+
+def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
+    work = out_dir / "work"
+    blocks = _prepare(cfg, plan, work, progress)
+    removals, records = _decide(cfg, blocks, work, progress)
+    _tokenize(cfg, tok, blocks, removals, work, progress)
+    written = _write(cfg, tok, sources, blocks, out_dir, progress)
+    entries: list = []
+    warnings: list[CurationWarning] = []
+    for src, w in zip(sources, written, strict=True):
+        prepared = [(b.prepare_info, b.tokenize_info) for b in blocks if b.source is src]
+        files = _input_files(src, [u for u in plan if u.source is src])
+        entries.append(source_entry(src, prepared, w, files))
+        warnings += source_warnings(entries[-1], file_documents(
+            src.files, [p for p, _ in prepared]), cfg.checks.max_quarantine_share)
+    manifest = DatamixManifest(
+        name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(), tokenizer=tok,
+        sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
+        warnings=warnings, **records)
+    path = manifest.write(out_dir)
+    res = _result(path, manifest, blocks, time.perf_counter() - t0)
+    res.input_bytes = sum(f.size for e in entries for f in e.files)
+    res.hash_seconds = sum(u.hash_seconds for u in plan)
+    return res
+
+
+def _input_files(src: ResolvedSource, units: list[Unit]) -> list[InputFile]:
+    """The source's data files with size and sha256, in the source's file order."""
+    hashed = {rel: (size, sha) for u in units for rel, size, sha in u.hashed}
+    return [InputFile(path=printable_name(rel), size=hashed[rel][0], sha256=hashed[rel][1])
+            for rel in src.files]
+
+
+def _result(path: Path, manifest: DatamixManifest, blocks: list[Block],
+            seconds: float) -> RunResult:
+    reused = sum(1 for b in blocks if b.stage_reused.get("prepare") and
+                 b.tokenize_info.get("reused"))
+    res = RunResult(path, manifest, seconds, reused, len(blocks))
+    res.reused_prepare = sum(1 for b in blocks if b.stage_reused.get("prepare"))
+    res.reused_tokenize = sum(1 for b in blocks if b.tokenize_info.get("reused"))
+    res.recovered = sorted({p for b in blocks for p in b.prepare_info.get("recovered", []) +
+                            b.tokenize_info.get("recovered", [])})
+    tally: dict[str, Counter] = {}
+    block_stage = stage_list.of_scope("block")[0].name  # the tokenize stage
+    for b in blocks:
+        for name, was in [*b.stage_reused.items(), (block_stage, b.tokenize_info["reused"])]:
+            tally.setdefault(name, Counter())[bool(was)] += 1
+    res.stage_blocks = {n: [c[True], c[False]] for n, c in tally.items()}
+    for p in res.recovered:
+        log.warning("recomputed a corrupt or incomplete intermediate: %s", p)
+    return res
+
+
+def _remove_stale_sources(out_dir: Path, names: set[str]) -> None:
+    """Shards and quarantine files of sources this datamix no longer has are deleted, so
+    that a glob over ``shards/`` (as modded-nanogpt's loader does) finds only this run's."""
+    for p in sorted((out_dir / "shards").glob("*")):
+        if p.is_dir() and p.name not in names:
+            log.warning("removing shards of a source no longer in the datamix: %s", p)
+            shutil.rmtree(p)
+    for p in sorted((out_dir / "quarantine").glob("*.parquet")):
+        if p.stem not in names:
+            p.unlink()

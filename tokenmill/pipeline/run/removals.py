@@ -1,0 +1,141 @@
+"""The global stages' decisions, in order, and the per-block removals they add up to.
+
+Each global stage (:class:`~tokenmill.pipeline.stage.GlobalStage`) decides over all
+prepared blocks and returns a :class:`~tokenmill.pipeline.stage.GlobalDecision`: its
+removals and the earlier stages', as partitioned files under ``work/dedup/`` grouped by
+block (:mod:`.partition_files`), columns :data:`REMOVALS`. :func:`decide_global` runs
+the stages in stage-list order, then one ``removals`` task per block gathers the block's
+rows of the last decision's files into ``work/dedup/removals/<digest>.parquet`` (``key,
+kept, stage, detail``, sorted by key), which the block's tokenize task reads
+(:func:`load_removals`). The driver holds only digests and counters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tokenmill.pipeline.run.intermediate import StageOutput, content_hash, write_parquet
+from tokenmill.pipeline.run.partition_files import cached, read_partitions
+from tokenmill.pipeline.run.tasks import run_batches
+from tokenmill.pipeline.stage import GlobalContext, GlobalDecision, GlobalStage
+
+#: part of the removals' content address: bump when their output changes
+VERSION = 2
+#: the columns of a removal file: the removed document (block index, row in the block,
+#: key), the key of the document kept in its place, the stage that removed it, a detail
+REMOVALS = pa.schema([("block", pa.int32()), ("row", pa.int32()), ("key", pa.string()),
+                      ("kept", pa.string()), ("stage", pa.string()),
+                      ("detail", pa.string())])
+
+
+def removal_file(phase: str, digest: str) -> str:
+    """The name (relative to :attr:`GlobalContext.work`) of a phase's partitioned file."""
+    return f"{phase}/{digest}.arrow"
+
+
+def read_removals(work: str, files: tuple[str, ...], block: int) -> pa.Table:
+    """The rows of block ``block`` in the removal ``files`` (columns :data:`REMOVALS`)."""
+    if not files:
+        return REMOVALS.empty_table()
+    return read_partitions([Path(work) / f for f in files], block)
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """The settings every map and reduce task of one global stage's decision shares
+    (small: never a per-block list, which would make ``n_blocks`` tasks cost
+    ``n_blocks**2``).
+
+    Attributes:
+        work, prepare_work, parts: as in :class:`~tokenmill.pipeline.stage.GlobalContext`.
+        n_blocks: the number of prepared blocks.
+        earlier: the earlier global stages' removal files.
+    """
+
+    work: str
+    prepare_work: str
+    parts: int
+    n_blocks: int
+    earlier: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, ctx: GlobalContext) -> Shuffle:
+        earlier = ctx.earlier.removals if ctx.earlier is not None else ()
+        return cls(ctx.work, ctx.prepare_work, ctx.parts, len(ctx.blocks), earlier)
+
+    def removed_rows(self, block: int) -> np.ndarray:
+        """Rows (int32) of block ``block`` that the earlier global stages removed."""
+        return read_removals(self.work, self.earlier, block).column("row").to_numpy()
+
+
+@dataclass(frozen=True)
+class AssembleTask:
+    """One block's removals: its rows of ``files`` (under ``work``)."""
+
+    work: str
+    files: tuple[str, ...]
+    block: int
+    digest: str
+
+
+def assemble(task: AssembleTask) -> dict[str, Any]:
+    """Per block: its removals ``key, kept, stage, detail`` (sorted by key) as parquet;
+    info ``removed`` and ``content`` (a digest of the removals, for tokenize's address)."""
+    out = StageOutput(task.work, "removals", task.digest)
+
+    def compute() -> dict[str, Any]:
+        t = read_removals(task.work, task.files, task.block)
+        t = t.take(pc.sort_indices(t, sort_keys=[("key", "ascending")]))
+        t = t.select(["key", "kept", "stage", "detail"])
+        write_parquet(out.path(".parquet"), t)
+        rows = [[r["key"], [r["kept"], r["stage"], r["detail"]]] for r in t.to_pylist()]
+        return {"removed": len(t), "content": content_hash(rows)}
+    return cached(out, compute, (".parquet",))
+
+
+def load_removals(work: str, digest: str) -> dict[str, list]:
+    """A block's removals: removed key -> [kept key, stage, detail or None]."""
+    t = pq.read_table(StageOutput(work, "removals", digest).path(".parquet"))
+    return {k: [kept, st, d] for k, kept, st, d in
+            zip(*(t.column(c).to_pylist() for c in ("key", "kept", "stage", "detail")),
+                strict=True)}
+
+
+def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage],
+                  parts: int, progress: bool = False
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The decisions of the global ``stages`` (in order) over the prepared ``blocks``
+    (digests under ``prepare_work``, in the global document order), in ``parts`` hash
+    partitions on the running Ray.
+
+    Returns ``(per block, records)``: per block ``{"removals": digest of its removals
+    file (``<prepare_work>/dedup/removals/<digest>.parquet``, see :func:`load_removals`),
+    "content": digest of the removals, "removed": count}``; the stages' manifest records
+    by stage name (stages without one are left out).
+
+    Raises:
+        ValueError: ``parts < 1``.
+    """
+    if parts < 1:
+        raise ValueError(f"dedup partitions must be >= 1, got {parts}")
+    work = str(Path(prepare_work) / "dedup")
+    decision: GlobalDecision | None = None
+    records: dict[str, Any] = {}
+    for stage in stages:
+        decision = stage.decide(GlobalContext(work, prepare_work, tuple(blocks), parts,
+                                              progress, decision))
+        if decision.record is not None:
+            records[stage.name] = decision.record
+    files = decision.removals if decision is not None else ()
+    tasks = [AssembleTask(work, files, i, content_hash("removals", VERSION, i, files))
+             for i in range(len(blocks))]
+    infos = run_batches(assemble, tasks, "dedup: removals", progress)
+    return [{"removals": t.digest, "content": x["content"], "removed": x["removed"]}
+            for t, x in zip(tasks, infos, strict=True)], records

@@ -1,0 +1,71 @@
+"""Tokenization with tiktoken: ``encode_ordinary`` in batches, an EOT before every document.
+
+``encode_ordinary`` never produces special ids, so a literal ``<|endoftext|>`` inside a
+document is tokenized as ordinary text; the only EOT ids in a shard are the document
+separators (modded-nanogpt's FineWeb convention: EOT, then the document).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from tokenmill.pipeline.stage import Configured
+from tokenmill.tokenizers import get_encoding
+
+
+def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Tokenize documents, each prefixed by EOT.
+
+    Returns:
+        tokens: uint32[sum(lengths)], documents concatenated in input order.
+        lengths: int64[len(texts)], tokens per document, EOT included.
+    """
+    enc = get_encoding(encoding)
+    if not texts:
+        return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64)
+    encoded = enc.encode_ordinary_batch(texts, num_threads=num_threads)
+    lengths = np.fromiter((len(t) + 1 for t in encoded), dtype=np.int64, count=len(encoded))
+    tokens = np.empty(int(lengths.sum()), dtype=np.uint32)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    tokens[starts] = enc.eot_token
+    for s, t in zip(starts, encoded, strict=True):
+        tokens[s + 1 : s + 1 + len(t)] = t
+    return tokens, lengths
+
+
+def split_hash(key: str) -> int:
+    """The document key's place in the validation order: the first 8 bytes of its
+    sha256, big-endian, as an integer in [0, 2**64)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+
+
+def split_of(key: str, val_fraction: float) -> str:
+    """Deterministic train/val assignment from the sha256 of the document key: ``val``
+    when :func:`split_hash` < ``val_fraction`` × 2**64 (the shard writer may move the
+    next documents in that order to ``val`` to reach a source's minimum)."""
+    if val_fraction <= 0:
+        return "train"
+    return "val" if split_hash(key) < val_fraction * 2**64 else "train"
+
+
+class Tokenize(Configured):
+    """The tokenize stage (scope ``block``): tiktoken ``encode_ordinary`` with an EOT
+    before every document, and the document's split (``split_of`` its key), a whole
+    block at once (:meth:`encode`, what the tokenize task calls)."""
+
+    name = "tokenize"
+    version = 2
+
+    def __init__(self, tokenizer: str = "gpt2", val_fraction: float = 0.01) -> None:
+        super().__init__(tokenizer=tokenizer, val_fraction=val_fraction)
+        self.tokenizer = tokenizer
+        self.val_fraction = val_fraction
+
+    def encode(self, keys: list[str], texts: list[str]
+               ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """(uint32 tokens of all documents, int64 tokens per document, split per document)."""
+        tokens, lengths = tokenize_batch(texts, self.tokenizer)
+        return tokens, lengths, [split_of(k, self.val_fraction) for k in keys]

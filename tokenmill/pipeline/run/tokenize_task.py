@@ -1,0 +1,104 @@
+"""The per-block tokenize task: drop the block's documents the global stages removed,
+then tokenize the rest (:class:`~tokenmill.pipeline.run.tokenize.Tokenize`).
+
+A plain function of its :class:`TokenizeTask` (the executor runs it as a Ray task), so the
+output never depends on which worker ran it or in what order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tokenmill.pipeline.run import quarantine
+from tokenmill.pipeline.run.intermediate import StageOutput, fault_injection_delay, write_parquet
+from tokenmill.pipeline.run.removals import load_removals
+from tokenmill.pipeline.stage import Rejection
+
+if TYPE_CHECKING:
+    from tokenmill.pipeline.run.stage_list import StageCall
+
+
+@dataclass(frozen=True)
+class TokenizeTask:
+    """One block's tokenization.
+
+    Attributes:
+        work: the ``work/`` folder; the output goes to ``work/tokenize/<digest>.*``.
+        digest: the output's content address.
+        prepare_digest: the prepared block's.
+        source: the block's source.
+        dedup_work, removals: the folder and digest of the block's removals file
+            (:func:`~tokenmill.pipeline.run.removals.load_removals`).
+        stage: the tokenize stage.
+        meta_columns: the per-document metadata columns carried to the shard sidecar.
+    """
+
+    work: str
+    digest: str
+    prepare_digest: str
+    source: str
+    dedup_work: str
+    removals: str
+    stage: StageCall
+    meta_columns: tuple[str, ...]
+
+
+def _drop_removed(source: str, removals: dict[str, list], keys: list[str], texts: list[str]
+                  ) -> tuple[list[int], list[Rejection], Counter]:
+    """Indices kept, quarantine rows of the removed, removed count per stage."""
+    kept_idx: list[int] = []
+    rejected: list[Rejection] = []
+    removed: Counter = Counter()
+    for i, k in enumerate(keys):
+        if k in removals:
+            twin, stage, detail = removals[k]
+            removed[stage] += 1
+            rejected.append(Rejection(key=k, source=source, stage=stage,
+                                      reason=f"{stage}:duplicate", text=texts[i],
+                                      duplicate_of=twin, detail=detail))
+        else:
+            kept_idx.append(i)
+    return kept_idx, rejected, removed
+
+
+def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
+    """Tokenize one prepared block, less its documents removed by the global stages.
+
+    Returns info: ``docs_in``, ``removed`` (stage -> documents), ``kept``, ``tokens``,
+    ``reused``, ``recovered``.
+    """
+    fault_injection_delay()
+    out = StageOutput(spec.work, "tokenize", spec.digest)
+    done = out.load_done()
+    if done is not None:
+        return done["info"] | {"reused": True}
+    table = pq.read_table(StageOutput(spec.work, "prepare", spec.prepare_digest)
+                          .path(".docs.parquet"))
+    keys = table.column("key").to_pylist()
+    texts = table.column("text").to_pylist()
+    removals = load_removals(spec.dedup_work, spec.removals)
+    kept_idx, rejected, removed = _drop_removed(spec.source, removals, keys, texts)
+    step = spec.stage.build()
+    kept_keys = [keys[i] for i in kept_idx]
+    tokens, lengths, splits = step.encode(kept_keys, [texts[i] for i in kept_idx])
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    cols = {
+        "key": pa.array(kept_keys, pa.string()),
+        "split": pa.array(splits, pa.string()),
+        "tokens": pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()),
+                                                pa.array(tokens, pa.uint32())),
+    }
+    for c in (c for c in spec.meta_columns if c in table.column_names):
+        cols[c] = table.column(c).take(pa.array(kept_idx, pa.int64())).combine_chunks()
+    write_parquet(out.path(".tokens.parquet"), pa.table(cols))
+    quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
+    info = {"docs_in": len(keys), "removed": dict(sorted(removed.items())),
+            "kept": len(kept_idx), "tokens": int(lengths.sum())}
+    out.commit([".tokens.parquet", ".quarantine.parquet"], info)
+    return info | {"reused": False, "recovered": [out.problem] if out.problem else []}
