@@ -106,7 +106,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="folder of local sources (default: TOKENMILL_DATA_ROOT, then the file's)")
     p.add_argument("-o", "--output", default=None, help="output folder (default out/NAME)")
     p.add_argument("--ray-address", default=os.environ.get("TOKENMILL_RAY_ADDRESS"),
-                   help="join a Ray cluster instead of starting an embedded local Ray")
+                   help="join a Ray cluster (HOST:PORT, or auto: the one `ray start` made on "
+                   "this machine) instead of an embedded local Ray; default: "
+                   "TOKENMILL_RAY_ADDRESS, then RAY_ADDRESS (set by `ray job submit`)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the embedded Ray")
     p.add_argument("--fallback", default=None,
                    help="datamix to run instead when the local data root is missing")
