@@ -1,6 +1,5 @@
 """A Ray head node on loopback for tests: ``ray start --head --block`` in its own session
-with its own short temp folder and free ports, stopped (and forgotten as this machine's
-default cluster) afterwards."""
+with its own short temp folder (``RAY_TMPDIR``) and free ports, stopped afterwards."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ class HeadNode:
     address: str  # GCS HOST:PORT
     dashboard: str  # job API URL, http://HOST:PORT
     temp_dir: Path  # the node's --temp-dir (its session folders live here)
-    env: dict[str, str]  # environment the node was started with
+    env: dict[str, str]  # environment the node was started with (RAY_TMPDIR: its parent)
 
 
 def wait_nodes(address: str, n: int, env: dict, timeout: float = 180) -> None:
@@ -60,8 +59,13 @@ def head_node(env: dict[str, str], num_cpus: int = 2, dashboard: bool = False
     port, dash_port = free_port(), free_port()
     # Ray's token authentication is for clusters reachable from other machines; this one
     # lives on this machine alone
-    env = dict(env, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
-    temp = Path(tempfile.mkdtemp(prefix="tmr", dir="/tmp"))  # unix socket paths <= 107 bytes
+    # a short temp dir (Ray's unix socket paths must fit in 107 bytes), and RAY_TMPDIR naming
+    # it: `ray start` records the cluster there (TMP/ray/ray_current_cluster), where a driver
+    # with the same RAY_TMPDIR finds it for `auto`, whatever other Rays this machine runs
+    base = Path(tempfile.mkdtemp(prefix="tmr", dir="/tmp"))
+    temp = base / "ray"
+    env = dict(env, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
+               RAY_TMPDIR=str(base))
     ports = ["--dashboard-port", str(dash_port), "--dashboard-host", "127.0.0.1",
              "--dashboard-agent-listen-port", str(free_port()),
              "--dashboard-agent-grpc-port", str(free_port()),
@@ -83,8 +87,4 @@ def head_node(env: dict[str, str], num_cpus: int = 2, dashboard: bool = False
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, 9)
-        shutil.rmtree(temp, ignore_errors=True)
-        # `ray start --head` records itself as this machine's default cluster; forget it
-        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-        if current.exists() and str(port) in current.read_text():
-            current.unlink()
+        shutil.rmtree(base, ignore_errors=True)
