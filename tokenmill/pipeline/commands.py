@@ -110,7 +110,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_output_argument(p, help="output folder (default: the datamix's output_dir, else "
                         "out/NAME)")
     p.add_argument("--ray-address", default=os.environ.get("TOKENMILL_RAY_ADDRESS"),
-                   help="join a Ray cluster instead of starting an embedded local Ray")
+                   help="join a Ray cluster (HOST:PORT, or auto: the one `ray start` made on "
+                   "this machine) instead of an embedded local Ray; default: "
+                   "TOKENMILL_RAY_ADDRESS, then RAY_ADDRESS (set by `ray job submit`)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for the embedded Ray")
     p.add_argument("--fallback", default=None,
                    help="datamix to run instead when the local data root is missing")

@@ -5,11 +5,12 @@ dataset card whose YAML front matter gives ``license``, data files below it), ei
 local or fetched from the Hub with ``huggingface_hub.snapshot_download`` at a pinned
 revision (the resolved commit sha is recorded; a revision given as a 40-hex sha, in
 either case, is a commit sha: read as lower case, as the Hub writes them, and it must be
-the snapshot's). A Hub source may name a dataset ``config`` and ``split``: then
-``datasets`` resolves which data files of the snapshot hold them (the card's
-``configs:`` YAML, else the file layout), and those are read. Hub downloads honour the usual
-``HF_HOME`` / ``HF_HUB_CACHE`` / ``HF_HUB_OFFLINE`` settings, so an offline machine with
-a filled cache runs exactly the calls a networked one does.
+the snapshot's). A Hub source may name a dataset ``config`` and ``split``: then only the
+card is part of the snapshot, the data files of that config and split are resolved on the
+Hub as ``datasets`` resolves them (the card's ``configs:`` YAML, else the file layout) and
+fetched one by one (:mod:`tokenmill.pipeline.read.hub`); offline (``HF_HUB_OFFLINE``),
+``datasets`` resolves them in the cached snapshot. Hub downloads honour the usual
+``HF_HOME`` / ``HF_HUB_CACHE`` / ``HF_ENDPOINT`` settings.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from pathlib import Path
 import yaml
 
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
+from tokenmill.pipeline.read.hub import (
+    HubConfigError,
+    fetch_card,
+    fetch_split_files,
+    hub_offline,
+)
 from tokenmill.pipeline.read.license import LicenseError, check_source_licenses
 from tokenmill.pipeline.read.readers import is_data_file, printable_name
 
@@ -91,10 +98,10 @@ _SHA = re.compile(r"[0-9a-f]{40}")
 
 
 def _snapshot(src: SourceConfig) -> tuple[Path, str]:
-    """Download (or find in the cache) the source's Hub snapshot; returns its folder and
-    commit sha. A 40-hex revision is a commit sha in either case (lower-cased before the
-    download and the comparison). Raises ``ValueError`` when the datamix pins a 40-hex
-    sha and the snapshot is another commit."""
+    """Download (or find in the cache) the source's Hub snapshot (online, for a config or
+    split, only its card); returns its folder and commit sha. A 40-hex revision is a commit
+    sha in either case (lower-cased before the download and the comparison). Raises
+    ``ValueError`` when the datamix pins a 40-hex sha and the snapshot is another commit."""
     from huggingface_hub import snapshot_download
 
     repo_id, _, revision = src.hub.partition("@")
@@ -103,11 +110,11 @@ def _snapshot(src: SourceConfig) -> tuple[Path, str]:
     patterns = None
     if src.allow_patterns:
         patterns = [_CARD, *src.allow_patterns]
-    folder = snapshot_download(
-        repo_id=repo_id, repo_type="dataset", revision=revision or None,
-        allow_patterns=patterns,
-    )
-    folder = Path(folder)
+    if (src.config is not None or src.split is not None) and not hub_offline():
+        folder = fetch_card(repo_id, revision or None)  # the config's files come after
+    else:
+        folder = Path(snapshot_download(repo_id=repo_id, repo_type="dataset",
+                                        revision=revision or None, allow_patterns=patterns))
     commit = folder.name  # snapshot folders are named by the commit sha
     if _SHA.fullmatch(revision) and commit != revision:
         raise ValueError(f"pinned revision {revision} resolved to snapshot {commit}")
@@ -149,6 +156,17 @@ def _dataset_files(root: Path, src: SourceConfig) -> list[str]:
     return rels
 
 
+def _hub_split_files(root: Path, src: SourceConfig, commit: str) -> list[str]:
+    """The config's and split's files, fetched one by one into the snapshot folder ``root``
+    (:mod:`tokenmill.pipeline.read.hub`); offline, those of the cached snapshot."""
+    if hub_offline():
+        return _dataset_files(root, src)
+    try:
+        return fetch_split_files(root, src, commit)
+    except HubConfigError as e:
+        raise SourceError(f"source {src.name!r}: {e}") from e
+
+
 def hub_origin(src: SourceConfig) -> str:
     """A Hub source's ``origin`` in the manifest: ``hub:org/name``, and for a dataset
     config/split ``hub:org/name?config=CONFIG&split=SPLIT`` (the revision is recorded
@@ -181,7 +199,7 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
                                   "none set in the datamix file", card=root / _CARD)
     files, skipped = _list_files(root)
     if src.hub is not None and (src.config is not None or src.split is not None):
-        files, skipped = _dataset_files(root, src), []
+        files, skipped = _hub_split_files(root, src, revision), []
     elif src.allow_patterns and src.hub is None:
         import fnmatch
 
