@@ -346,8 +346,9 @@ def test_cli_lem_lists_the_side_channel_in_the_mix(small_mix, tmp_path):
     from tokenmill.atomic import sha256_file
     from tokenmill.cli import main
     from tokenmill.manifests.mixschema import load_mix_manifest, mix_identity_sha256
+    from tokenmill.train.batches import open_data
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.side import LEMSideChannelError, check_side_channel
+    from tokenmill.train.lemside import LEMSideChannelError, check_side_channel
 
     identity = mix_identity_sha256(small_mix)
     args = ["--seq-len", "128", "--batch-size", "4", "--window", "65536", "-k", "3",
@@ -373,10 +374,10 @@ def test_cli_lem_lists_the_side_channel_in_the_mix(small_mix, tmp_path):
 
     cfg = TrainConfig(data=str(small_mix), seq_len=128, batch_size=4, lem=True, lem_k=3,
                       lem_features=str(tmp_path / "lem2"))
-    check_side_channel(tmp_path / "lem2" / "lem.json", meta, cfg, 1)  # accepted
+    check_side_channel(tmp_path / "lem2" / "lem.json", meta, open_data(cfg), cfg)  # accepted
     changed = small_mix.parent / "changed_mix.json"
     m = load_mix_manifest(small_mix)
     m.model_copy(update={"seed": m.seed + 1}).write(changed)
     with pytest.raises(LEMSideChannelError, match="made for the mix"):
-        check_side_channel(tmp_path / "lem2" / "lem.json", meta,
-                           cfg.model_copy(update={"data": str(changed)}), 1)
+        other = cfg.model_copy(update={"data": str(changed)})
+        check_side_channel(tmp_path / "lem2" / "lem.json", meta, open_data(other), other)
