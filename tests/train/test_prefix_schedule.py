@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tokenmill.train.config import TrainConfig, TrainConfigError, prefix_aux_weight_at
-from tokenmill.train.train import Run
+from tokenmill.train.config import TrainConfig, TrainConfigError
+from tokenmill.train.train import Run, prefix_aux_weight_at
 
 
 def _cfg(**kw) -> TrainConfig:

@@ -4,7 +4,7 @@
 manifest or its folder), reads it and checks its shards through the one verified path
 (:func:`tokenmill.manifests.verify.open_shards`: presence, headers and, unless ``verify:
 false``, every shard's and sidecar's sha256), once per run. A curation manifest is planned
-into an in-memory training-mix manifest (:func:`tokenmill.train.data.curation_mix`: all its
+into an in-memory training-mix manifest (:func:`tokenmill.train.data.plan_curation`: all its
 sources at their mixture weights, one pass). Everything that reads the data afterwards
 (the trainer, the LEM and n-gram side inputs, validation) asks the :class:`TrainData` it is
 handed, which builds every :class:`~tokenmill.train.data.MixLoader` of the run in one place
@@ -34,7 +34,7 @@ from tokenmill.manifests.mixschema import TrainingMixManifest, mix_identity_sha2
 from tokenmill.manifests.verify import manifest_file, open_shards
 from tokenmill.tokenizers import TokenizerIdentity
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.data import MixLoader, curation_mix
+from tokenmill.train.data import MixLoader, plan_curation
 
 Kind = Literal["curation", "training-mix"]
 
@@ -192,15 +192,15 @@ def open_data(cfg: TrainConfig, rank: int = 0, world: int = 1,
             truncated or (``verify``) differs (one line naming the file).
         ValueError: not a JSON manifest; curation data without a source to read.
     """
-    verify = cfg.verify if verify is None else verify
     kind = data_kind(cfg.data)
+    opened = open_shards(cfg.data, None, kind=kind,
+                         verify=cfg.verify if verify is None else verify)
     if kind == "training-mix":
-        opened = open_shards(cfg.data, None, kind="training-mix", verify=verify)
-        mix, root, path = opened.manifest, opened.root, opened.manifest_path
+        mix, root = opened.manifest, opened.root
     else:
-        path = manifest_file(cfg.data)
-        mix, root = curation_mix(path, seed=cfg.seed, epochs=1.0, verify=verify)
-    return TrainData(name=cfg.data, manifest_path=path, kind=kind, mix=mix, root=root,
+        mix, root = plan_curation(opened, seed=cfg.seed, epochs=1.0)
+    return TrainData(name=cfg.data, manifest_path=opened.manifest_path, kind=kind, mix=mix,
+                     root=root,
                      tokenizer=mix.tokenizer, seq_len=cfg.seq_len, rows=cfg.batch_size,
                      rank=rank, world=world)
 

@@ -92,7 +92,14 @@ class LEMFeed:
     ``lag`` is how many steps the predictor is ahead (the ``lem_lag`` of the progress bar).
     """
 
-    names = LEM_NAMES
+    key, names = "lem", LEM_NAMES
+
+    @classmethod
+    def from_config(cls, data: TrainData, cfg: TrainConfig) -> LEMFeed | None:
+        """The online predictor when ``lem: true`` names no other LEM source."""
+        if not cfg.lem or cfg.lem_features is not None or cfg.lem_workers:
+            return None
+        return cls(data, cfg)
 
     def __init__(self, data: TrainData, cfg: TrainConfig) -> None:
         self.data, self.k = data, cfg.lem_k
@@ -187,8 +194,16 @@ class LEMSideChannel:
             (:func:`tokenmill.train.side.check_mix_listing`).
     """
 
-    names = LEM_NAMES
+    key, names = "lem", LEM_NAMES
     mean_lag = float("nan")
+
+    @classmethod
+    def from_config(cls, data: TrainData, cfg: TrainConfig) -> LEMSideChannel | None:
+        """The side channel ``lem_features`` names (checked; files hashed unless ``verify:
+        false``)."""
+        if not cfg.lem or cfg.lem_features is None:
+            return None
+        return cls(cfg.lem_features, data, cfg, verify=cfg.verify)
 
     def __init__(self, folder: str | Path, data: TrainData, cfg: TrainConfig,
                  verify: bool = True) -> None:

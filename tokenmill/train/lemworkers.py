@@ -46,7 +46,12 @@ class LEMWorkers:
     ``get(step)`` returns ``(match_len int32 [B, T], candidates int32 [B, T, k])``.
     """
 
-    names = LEM_NAMES
+    key, names = "lem", LEM_NAMES
+
+    @classmethod
+    def from_config(cls, data: TrainData, cfg: TrainConfig) -> LEMWorkers | None:
+        """The workers when ``lem: true`` and ``lem_workers`` is set."""
+        return cls(data, cfg) if cfg.lem and cfg.lem_workers else None
 
     def __init__(self, data: TrainData, cfg: TrainConfig, ahead: int | None = None) -> None:
         import ray

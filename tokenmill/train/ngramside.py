@@ -100,9 +100,17 @@ class NgramSideChannel:
             steps.
     """
 
-    names = ("ngram_cand", "ngram_logp")
+    key, names = "ngram", ("ngram_cand", "ngram_logp")
     lag = 0
     mean_lag = float("nan")
+
+    @classmethod
+    def from_config(cls, data: TrainData, cfg: TrainConfig) -> NgramSideChannel | None:
+        """The side channel ``ngram_features`` names (checked; files hashed unless
+        ``verify: false``)."""
+        if cfg.ngram_features is None:
+            return None
+        return cls(cfg.ngram_features, data, cfg, verify=cfg.verify)
 
     def __init__(self, folder: str | Path, data: TrainData, cfg: TrainConfig,
                  verify: bool = True) -> None:

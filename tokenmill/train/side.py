@@ -32,6 +32,7 @@ import torch
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.mixschema import SideChannelListingError, verify_listed_side_channel
 from tokenmill.train.batches import TrainData
+from tokenmill.train.config import TrainConfig
 
 
 class SideInput(Protocol):
@@ -67,6 +68,23 @@ class SideInput(Protocol):
 
     def close(self) -> None:
         """Stop whatever produces the features (a process, Ray tasks), if anything."""
+        ...
+
+
+class SideInputKind(Protocol):
+    """A kind of side input: ``key`` names the model input it feeds (``"lem"``, ``"ngram"``;
+    a config selects at most one kind per key), and :meth:`from_config` opens it when the
+    run's config asks for it."""
+
+    key: str
+
+    def from_config(self, data: TrainData, cfg: TrainConfig) -> SideInput | None:
+        """The side input ``cfg`` asks for over ``data``, or ``None``.
+
+        Raises:
+            ValueError: a side channel that does not belong to the run (one line naming
+                the file).
+        """
         ...
 
 

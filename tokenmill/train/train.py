@@ -59,6 +59,7 @@ losses (nats/token).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -79,7 +80,7 @@ from tokenmill.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from tokenmill.train.config import TrainConfig, lr_at, prefix_aux_weight_at
+from tokenmill.train.config import TrainConfig
 from tokenmill.train.data import MixLoader
 from tokenmill.train.kernels import fused_cross_entropy, masked_target_count
 from tokenmill.train.lemside import LEMFeed, LEMSideChannel
@@ -87,13 +88,46 @@ from tokenmill.train.lemworkers import LEMWorkers
 from tokenmill.train.model import GPT, GPTConfig
 from tokenmill.train.ngramside import NgramSideChannel
 from tokenmill.train.report import RunResult, plot_losses, summary_table
-from tokenmill.train.side import SideInput
+from tokenmill.train.side import SideInput, SideInputKind
 from tokenmill.train.targets import load_mask_bits, prefix_array
 
 __all__ = ["Run", "RunResult", "TrainConfig", "evaluate", "latest_checkpoint", "lr_at",
            "setup", "train", "training_loop"]
 
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4090": 165e12}
+
+
+# ----------------------------------------------------------------------------------------------
+# schedules
+# ----------------------------------------------------------------------------------------------
+
+
+def prefix_aux_weight_at(step: int, cfg: TrainConfig) -> float:
+    """Weight of the prefix auxiliary loss at optimizer step ``step`` (0-based):
+    ``prefix_aux_weight``, or with ``prefix_aux_schedule: anneal`` that weight times
+    ``1 - step / steps`` (linear to 0 over training, as the NanoGPT speedrun anneals its
+    0.25)."""
+    if cfg.prefix_aux_schedule == "constant":
+        return cfg.prefix_aux_weight
+    return cfg.prefix_aux_weight * max(0.0, 1.0 - step / cfg.steps)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup, then cosine decay
+    to ``min_lr_frac * lr`` or a trapezoid (constant, then linear decay over the last
+    ``cooldown_frac`` of the steps: warmup-stable-decay, Hägele et al. 2024)."""
+    lo = cfg.lr * cfg.min_lr_frac
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "cosine":
+        span = max(1, cfg.steps - cfg.warmup_steps)
+        frac = min(1.0, (step - cfg.warmup_steps) / span)
+        return lo + 0.5 * (cfg.lr - lo) * (1 + math.cos(math.pi * frac))
+    cool = max(1, int(cfg.steps * cfg.cooldown_frac))
+    start = cfg.steps - cool
+    if step < start:
+        return cfg.lr
+    return cfg.lr - (cfg.lr - lo) * min(1.0, (step - start + 1) / cool)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,7 +143,7 @@ class Run:
     ``val`` the fixed validation rows. ``side`` holds the side inputs by name (``"lem"``,
     ``"ngram"``) and ``val_side`` their validation features by model keyword. ``model`` is
     the bare module (checkpoints, evaluation); ``net`` is what the loop calls (``model``
-    compiled and/or wrapped in DDP). ``step`` is the number of optimizer steps
+    compiled and/or wrapped in DDP); ``flops_per_token`` its training FLOPs per token (MFU). ``step`` is the number of optimizer steps
     done; ``history`` / ``aux_history`` hold ``(step, loss)`` of the optimized loss and of
     its weighted prefix auxiliary term; ``val_hist`` one dict per evaluation.
     """
@@ -123,6 +157,7 @@ class Run:
     net: torch.nn.Module
     opt: torch.optim.Optimizer
     autocast: Callable[[], AbstractContextManager]
+    flops_per_token: float
     mask_bits: torch.Tensor | None = None
     prefix: torch.Tensor | None = None
     side: dict[str, SideInput] = field(default_factory=dict)
@@ -316,60 +351,68 @@ def _wrap(model: GPT, cfg: TrainConfig, device: torch.device, world: int) -> tor
     return net
 
 
-def _build(cfg: TrainConfig, data: TrainData, device: torch.device, resume: bool) -> Run:
-    """This rank's train loader (budget checked), the validation rows, the n-gram side
-    input, model and optimizer (the same seed on every rank), targets and masks beside the
-    tokens, and with ``resume`` the newest checkpoint's state."""
-    loader = data.loader()
-    data.check_budget(loader, cfg.steps * cfg.grad_accum)
+#: every kind of side input (:class:`~tokenmill.train.side.SideInputKind`); the config
+#: selects at most one of each key
+SIDE_INPUTS: tuple[SideInputKind, ...] = (LEMSideChannel, LEMFeed, LEMWorkers, NgramSideChannel)
+
+
+def open_side_inputs(data: TrainData, cfg: TrainConfig) -> dict[str, SideInput]:
+    """The side inputs ``cfg`` asks for, by key; those opened are closed again if another
+    fails."""
+    side: dict[str, SideInput] = {}
+    try:
+        for kind in SIDE_INPUTS:
+            feed = kind.from_config(data, cfg)
+            if feed is not None:
+                side[kind.key] = feed
+    except BaseException:
+        for feed in side.values():
+            feed.close()
+        raise
+    return side
+
+
+def _build(cfg: TrainConfig, data: TrainData, loader: MixLoader,
+           side: dict[str, SideInput], resume: bool) -> Run:
+    """Device and process group, the validation rows, model and optimizer (the same seed on
+    every rank), targets and masks beside the tokens, with ``resume`` the newest
+    checkpoint's state, then the side inputs (continued at the run's step)."""
+    device = init_device(cfg)
     val = data.validation_rows(cfg.val_tokens)
-    ngram = (NgramSideChannel(cfg.ngram_features, data, cfg, verify=cfg.verify)
-             if cfg.ngram_features is not None else None)
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
-    n_vocab = data.tokenizer.n_vocab
+    n_vocab, ngram = data.tokenizer.n_vocab, side.get("ngram")
     mcfg = GPTConfig.preset(cfg.model, vocab_size=n_vocab, max_seq_len=cfg.seq_len,
                             lem=cfg.lem, lem_k=cfg.lem_k, ngram=ngram is not None,
                             ngram_m=ngram.m if ngram is not None else 8,
                             **cfg.model_overrides)
     model = GPT(mcfg).to(device)
     opt = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
+    flops = model.flops_per_token(cfg.seq_len)
     autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
                 else nullcontext)
-    run = Run(cfg, device, data, loader, val, model, model, opt, autocast)
+    run = Run(cfg, device, data, loader, val, model, model, opt, autocast, flops)
     if cfg.legality:
         run.mask_bits = load_mask_bits(cfg.legality, n_vocab, data.tokenizer.name).to(device)
     if cfg.prefix_aux_weight > 0:
         run.prefix = torch.from_numpy(prefix_array(data.tokenizer.name)).long().to(device)
     if resume:
         _restore(run)
-    if ngram is not None:
-        run.add_side("ngram", ngram)
+    for name, feed in side.items():
+        run.add_side(name, feed)
     run.net = _wrap(model, cfg, device, data.world)
     return run
 
 
-def _lem_source(cfg: TrainConfig, data: TrainData) -> SideInput | None:
-    """The LEM side input built before the device: the side channel (checked: mix identity,
-    geometry, every file's sha256 unless ``verify: false``), or the online predictor's
-    process (forked before CUDA is initialised), or none (no LEM, or Ray workers: started
-    once the budget is checked)."""
-    if not cfg.lem or cfg.lem_workers:
-        return None
-    if cfg.lem_features is not None:
-        return LEMSideChannel(cfg.lem_features, data, cfg, verify=cfg.verify)
-    return LEMFeed(data, cfg)
-
-
 def setup(cfg: TrainConfig, resume: bool = False) -> Run:
-    """Build a :class:`Run`: the data opened once (manifest read, shards verified), the LEM
-    side channel (checked) or the LEM predictor's process (forked first, before CUDA is
-    initialised), device and process group, the train loader (budget checked) and
-    validation rows, side inputs, model and optimizer (same seed on every rank), and with
-    ``resume`` the state of the newest checkpoint (side inputs continue at its step).
+    """Build a :class:`Run`: the data opened once (manifest read, shards verified), this
+    rank's train loader (budget checked), the side inputs (side channels checked; the LEM
+    predictor's process forked before CUDA is initialised), device and process group,
+    validation rows, model and optimizer (same seed on every rank), and with ``resume`` the
+    state of the newest checkpoint (side inputs continue at its step).
 
     Raises:
-        ValueError: bad data (names the file), a budget too small for ``steps``, or
-            ``resume`` without a checkpoint.
+        ValueError: bad data or side channel (names the file), a budget too small for
+            ``steps``, or ``resume`` without a checkpoint.
         RuntimeError: ``device: cuda`` without CUDA.
     """
     device_type(cfg)  # before any work
@@ -377,19 +420,14 @@ def setup(cfg: TrainConfig, resume: bool = False) -> Run:
     if rank == 0 and not cfg.verify:
         print("shard verification is off (verify: false / --no-verify)")
     data = open_data(cfg, rank, world)
-    lem = _lem_source(cfg, data)
-    run = None
+    loader = data.loader()
+    data.check_budget(loader, cfg.steps * cfg.grad_accum)
+    side = open_side_inputs(data, cfg)
     try:
-        run = _build(cfg, data, init_device(cfg), resume)
-        if cfg.lem and cfg.lem_workers:
-            lem = LEMWorkers(data, cfg)
-        if lem is not None:
-            run.add_side("lem", lem)
+        run = _build(cfg, data, loader, side, resume)
     except BaseException:
-        if lem is not None and (run is None or run.lem is not lem):
-            lem.close()
-        if run is not None:
-            run.close()
+        for feed in side.values():
+            feed.close()
         raise
     if run.master:
         (run.out / "checkpoints").mkdir(parents=True, exist_ok=True)
@@ -560,7 +598,7 @@ def finish(run: Run, timer: StepTimer, checkpoint: Path, stopped: bool) -> RunRe
     cfg = run.cfg
     tps = timer.tokens_per_s(run.tokens_per_step)
     peak = peak_flops(run.device, cfg) * run.world
-    mfu = run.model.flops_per_token(cfg.seq_len) * tps / peak if peak else float("nan")
+    mfu = run.flops_per_token * tps / peak if peak else float("nan")
     feed = run.lem
     result = RunResult(
         out_dir=str(run.out), steps_done=run.step, train_loss=run.history, val=run.val_hist,
