@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 
 from tests.shared import corpora
-from tokenmill.ngram import precompute as P
+from tokenmill.ngram import lem_chunks
+from tokenmill.ngram import lem_ray as P
 from tokenmill.ngram.lem import OnlineLEM
-from tokenmill.ngram.precompute import (
-    byte_code,
-    lem_chunk_position,
-    plan_chunks,
-    precompute_lem,
-    suffix_array,
-)
+from tokenmill.ngram.lem_chunks import lem_chunk_position, plan_chunks
+from tokenmill.ngram.precompute import precompute_lem
+from tokenmill.ngram.suffixarray import byte_code, sa_rank_lcp, suffix_array
 
 EOT = 50256
 
@@ -209,7 +206,7 @@ def test_suffix_array_paths_sort_the_suffixes(vocab, expect):
         assert (coded[1] == 256) == (expect == "one byte")
     assert_suffix_array(x if coded is None else coded[0][x], suffix_array(x))
     # the fused path (token-start filter in the rank pass, uint16 text in the LCP pass)
-    sa, rank, lcp = P._sa_rank_lcp(x)
+    sa, rank, lcp = sa_rank_lcp(x)
     assert np.array_equal(sa, suffix_array(x))
     assert np.array_equal(rank[sa], np.arange(x.size))
     assert lcp[0] == 0
@@ -239,7 +236,7 @@ def test_scan_and_sweep_answer_alike(real_stream, monkeypatch, scan_max):
     sweep (all of them, SCAN_MAX = 0) give the default split's arrays."""
     x = real_stream[:60_000]
     want = lem_chunk_position(x, 30_000, k=4, eot=EOT)
-    monkeypatch.setattr(P, "SCAN_MAX", scan_max)
+    monkeypatch.setattr(lem_chunks, "SCAN_MAX", scan_max)
     assert_same(want, lem_chunk_position(x, 30_000, k=4, eot=EOT), f"SCAN_MAX={scan_max}")
 
 

@@ -53,6 +53,7 @@ import numpy as np
 from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.verify import OpenedShards
 from tokenmill.ngram.index import SuffixArrayIndex, _range
+from tokenmill.ngram.suffixarray import capped_lcp
 from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import TokenizerIdentity
 
@@ -166,21 +167,6 @@ def _varint_decode(data, count):
 
 
 # --------------------------------------------------------------------------- build kernels
-
-
-@nb.njit(cache=True)
-def _lcp_part(tokens, sa, s, e, cap):
-    """lcp[i - s] = common prefix length (<= cap) of suffixes sa[i - 1] and sa[i] of one
-    part (lcp[0] = 0); the part's sentinel is unique, so no prefix runs past it."""
-    lcp = np.zeros(e - s, np.uint8)
-    for i in range(s + 1, e):
-        p = np.int64(sa[i - 1])
-        q = np.int64(sa[i])
-        k = 0
-        while k < cap and tokens[p + k] == tokens[q + k]:
-            k += 1
-        lcp[i - s] = k
-    return lcp
 
 
 @nb.njit(cache=True)
@@ -483,7 +469,7 @@ class NGramCountsModel:
         per_order = [([], [], [], []) for _ in orders]
         for p in range(idx.parts.size - 1):
             s, e = int(idx.parts[p]), int(idx.parts[p + 1])
-            lcp = _lcp_part(idx.tokens, idx.sa, s, e, orders[-1])
+            lcp = capped_lcp(idx.tokens, idx.sa, s, e, orders[-1])
             for o, n in enumerate(orders):
                 keys, nf = np.empty(e - s, np.int64), np.empty(e - s, np.int64)
                 ftok, fcnt = np.empty(e - s, np.int64), np.empty(e - s, np.int64)

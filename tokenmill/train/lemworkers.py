@@ -5,8 +5,8 @@
 the online predictor's process: the global
 training stream (the loader's rows of ``T + 1`` tokens, the stream of ``tokenmill ngram
 lem``) is cut into the independent position-mode chunks of
-:func:`tokenmill.ngram.precompute.plan_chunks` (each with its own history window), and each
-chunk is a Ray task running :func:`tokenmill.ngram.precompute.lem_chunk_position`. The
+:func:`tokenmill.ngram.lem_chunks.plan_chunks` (each with its own history window), and each
+chunk is a Ray task running :func:`tokenmill.ngram.lem_chunks.lem_chunk_position`. The
 trainer submits chunks as it reads the stream, keeps ``ahead`` chunks in flight past the
 one it needs, and waits (``wait_s``, reported as the LEM wait share) only when a chunk is
 not done yet; so training starts after the first (short) chunk, and more workers keep up
@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from tokenmill.ngram.precompute import lem_chunk_position, plan_chunks
+from tokenmill.ngram.lem_chunks import lem_chunk_position, plan_chunks
 from tokenmill.raysession import init_ray
 from tokenmill.train.batches import TrainData
 from tokenmill.train.config import TrainConfig

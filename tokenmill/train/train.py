@@ -139,13 +139,14 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 class Run:
     """A run set up by :func:`setup`: what :func:`training_loop` reads and updates.
 
-    ``data`` is the run's opened data and ``loader`` this rank's train loader over it;
-    ``val`` the fixed validation rows. ``side`` holds the side inputs by name (``"lem"``,
-    ``"ngram"``) and ``val_side`` their validation features by model keyword. ``model`` is
-    the bare module (checkpoints, evaluation); ``net`` is what the loop calls (``model``
-    compiled and/or wrapped in DDP); ``flops_per_token`` its training FLOPs per token (MFU). ``step`` is the number of optimizer steps
-    done; ``history`` / ``aux_history`` hold ``(step, loss)`` of the optimized loss and of
-    its weighted prefix auxiliary term; ``val_hist`` one dict per evaluation.
+    ``data`` is the run's opened data and ``loader`` this rank's train loader over it; ``val``
+    the fixed validation rows. ``side`` holds the side inputs by name (``"lem"``, ``"ngram"``)
+    and ``val_side`` their validation features by model keyword. ``model`` is the bare module
+    (checkpoints, evaluation); ``net`` is what the loop calls (``model`` compiled and/or wrapped
+    in DDP); ``flops_per_token`` its training FLOPs per token (for MFU). ``step`` is the number
+    of optimizer steps done; ``history`` / ``aux_history`` hold ``(step, loss)`` of the
+    optimized loss and of its weighted prefix auxiliary term; ``val_hist`` one dict per
+    evaluation.
     """
 
     cfg: TrainConfig
