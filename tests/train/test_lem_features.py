@@ -20,7 +20,7 @@ from tokenmill.cli import main
 from tokenmill.manifests.mix import build_mix
 from tokenmill.ngram.lem import OnlineLEM
 from tokenmill.ngram.precompute import precompute_lem
-from tokenmill.ngram.precompute_commands import register_lem_side_channel
+from tokenmill.ngram.sidechannel import register_side_channel_files
 from tokenmill.tokenizers import identity
 from tokenmill.train import train as T
 from tokenmill.train.batches import open_data
@@ -142,6 +142,11 @@ def test_a_side_channel_of_another_mix_or_geometry_is_refused(mix, side, tmp_pat
     assert str(f) in err and "sha256" in err
 
 
+def _register(mix, out, files) -> None:
+    register_side_channel_files(mix, out, kind="lem-side-channel", meta_name="lem.json",
+                                keys=("len", "next"), split="train", files=files)
+
+
 def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, side, tmp_path):
     """A side channel listed in the mix manifest is checked against that listing before
     training: a file rewritten together with its sha256 in lem.json (which lem.json's own
@@ -151,7 +156,7 @@ def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, side, 
     shutil.copytree(side, copy)
     text = (copy / "lem.json").read_text()
     meta = json.loads(text)
-    register_lem_side_channel(mix, copy, "train", meta["files"])
+    _register(mix, copy, meta["files"])
     try:
         cfg = _cfg(mix, tmp_path / "run", seq_len=SEQ, batch_size=BATCH, steps=2, lem=True,
                    lem_features=str(copy), val_every=0)
@@ -171,7 +176,7 @@ def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, side, 
         assert str(e.value).startswith(f"{f}: sha256 differs") and str(mix) in str(e.value)
     finally:  # the module's side channel is the listed one again
         orig = json.loads((side / "lem.json").read_text())["files"]
-        register_lem_side_channel(mix, side, "train", orig)
+        _register(mix, side, orig)
 
 
 def test_validation_features_are_position_mode_over_train_history(mix, side):

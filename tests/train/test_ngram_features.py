@@ -20,7 +20,7 @@ from tokenmill.atomic import sha256_file
 from tokenmill.cli import main
 from tokenmill.manifests.mix import build_mix
 from tokenmill.manifests.mixschema import mix_identity_sha256
-from tokenmill.ngram.ngramfeat_commands import register
+from tokenmill.ngram.sidechannel import register_side_channel_files
 from tokenmill.tokenizers import identity
 from tokenmill.train import train as T
 from tokenmill.train.batches import open_data
@@ -224,7 +224,8 @@ def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, sides,
     copy = tmp_path / "ngram"
     shutil.copytree(sides[0], copy)
     meta = json.loads((copy / "ngram.json").read_text())
-    register(mix, copy, "train", meta["files"])
+    register_side_channel_files(mix, copy, kind="ngram-side-channel", meta_name="ngram.json",
+                                keys=("cand", "logp"), split="train", files=meta["files"])
     cfg = _cfg(mix, tmp_path / "run", seq_len=SEQ, batch_size=BATCH, steps=2, val_every=0,
                ngram_features=str(copy))
     NgramSideChannel(copy, open_data(cfg), cfg)  # as listed: accepted
