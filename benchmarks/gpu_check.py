@@ -176,8 +176,9 @@ def check_kernel_objects(gpu: bool) -> None:
     backend = K.backend_for(x)
     check("kernels", "backend", backend, "triton on GPU, interpret on CPU",
           backend == ("triton" if gpu else "interpret"))
-    # the cache of decorated kernels (a module-private name, read-only here)
-    objs = {name: k for (name, b), k in K._KERNELS.items() if b == backend}
+    from tokenmill.train.kernels.dispatch import KERNELS
+
+    objs = {name: k for (name, b), k in KERNELS.items() if b == backend}  # decorated kernels
     want = {"_ce_fwd_kernel", "_ce_bwd_kernel", "_lem_fwd_kernel", "_lem_bwd_kernel"}
     if gpu:
         from triton.runtime.interpreter import InterpretedFunction
