@@ -296,6 +296,24 @@ def _context(tokens, sa, parts, row, t, L, eot, min_count, keys, ko, o, seg):
 
 
 @nb.njit(cache=True)
+def add_followers(tokens, sa, seg, L, fst, f_tok, top, eot, sentinel, cand, nc):
+    """Append to ``cand[nc:]`` the followers of one context in one part (``seg``: its
+    occurrences' SA range ``[a, b)`` and its stored table ``ci``, -1 if none): the ``top``
+    most frequent stored ones, or, for a context seen too rarely to be stored, the follower
+    of every occurrence. Returns the new ``nc``."""
+    a, b, ci = seg[0], seg[1], seg[2]
+    if ci >= 0:
+        for e in range(fst[ci], min(fst[ci + 1], fst[ci] + top)):
+            cand[nc] = f_tok[e]
+            nc += 1
+    else:
+        for i in range(a, b):
+            cand[nc] = _follower(tokens, sa, i, L, eot, sentinel)
+            nc += 1
+    return nc
+
+
+@nb.njit(cache=True)
 def _follower(tokens, sa, i, L, eot, sentinel):
     t = np.int64(tokens[np.int64(sa[i]) + L])
     return eot if t == sentinel else t
@@ -365,15 +383,8 @@ def _topk_one(tokens, sa, parts, row, t, orders, eot, sentinel, unigram, n_uni, 
         L = orders[o] - 1
         tots[o] = _context(tokens, sa, parts, row, t, L, eot, min_count, keys, ko, o, segs[o])
         for p in range(n_p):
-            a, b, ci = segs[o, p, 0], segs[o, p, 1], segs[o, p, 2]
-            if ci >= 0:
-                for e in range(fst[ci], min(fst[ci + 1], fst[ci] + m)):
-                    cand[nc] = f_tok[e]
-                    nc += 1
-            else:
-                for i in range(a, b):  # < min_count occurrences: every follower
-                    cand[nc] = _follower(tokens, sa, i, L, eot, sentinel)
-                    nc += 1
+            nc = add_followers(tokens, sa, segs[o, p], L, fst, f_tok, m, eot, sentinel,
+                               cand, nc)
     cand = np.unique(cand[:nc])
     V = unigram.size
     probs = np.empty(cand.size, np.float64)

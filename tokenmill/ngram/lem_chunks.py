@@ -73,6 +73,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from tokenmill.ngram.lem import OnlineLEM, check_lem_params, is_int
 from tokenmill.ngram.suffixarray import sa_rank_lcp
 
 SCAN_MAX = 64  # queries whose interval has at most this many ranks are answered by a scan
@@ -374,8 +375,6 @@ def lem_chunk_step(tokens: np.ndarray, start: int, lo: int, hi: int, *, k: int, 
     Returns:
         ``(match_len int32[hi - lo], next_tokens int32[hi - lo, k])``.
     """
-    from tokenmill.ngram.lem import OnlineLEM
-
     lem = OnlineLEM(eot, k=k, mode="step", window=window, max_len=max_len)
     if lo > start:
         lem.step(tokens[start:lo])  # history only (answers discarded)
@@ -446,20 +445,7 @@ def run_chunk(tokens: np.ndarray, chunk: tuple[int, int, int], params: dict,
 def check_args(tokens, k, mode, window, step_tokens, eot, max_len) -> np.ndarray:
     """``tokens`` as a contiguous int32 stream once every argument of
     :func:`tokenmill.ngram.precompute.precompute_lem` is checked (its Raises)."""
-    def is_int(x) -> bool:
-        return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-    if mode not in ("position", "step"):
-        raise ValueError(f"mode must be 'position' or 'step', not {mode!r}")
-    if not is_int(k) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, not {k!r}")
-    if not is_int(window) or window < 0 or window == 1 or window > 2**29:
-        raise ValueError(f"window must be 0 (unbounded) or an integer in [2, 2**29], "
-                         f"not {window!r}")
-    if not is_int(eot) or not 0 <= eot < 2**31 - 1:
-        raise ValueError(f"eot must be a token id in [0, 2**31 - 1), not {eot!r}")
-    if not is_int(max_len) or max_len < 0:
-        raise ValueError(f"max_len must be an integer >= 0 (0: no cap), not {max_len!r}")
+    check_lem_params(k=k, mode=mode, window=window, eot=eot, max_len=max_len)
     if mode == "step" and (not is_int(step_tokens) or step_tokens < 1):
         raise ValueError(f"mode='step' needs step_tokens >= 1 (tokens per training step), "
                          f"not {step_tokens!r}")
