@@ -11,7 +11,7 @@
   :mod:`tokenmill.train.ngramside` — the LEM and n-gram side inputs;
 * :mod:`tokenmill.train.targets` — prefix auxiliary targets and legality mask rows;
 * :mod:`tokenmill.train.model` / :mod:`tokenmill.train.kernels` — the GPT and its Triton
-  kernels, each beside its torch reference;
+  kernels, one module per kernel family beside its torch reference;
 * :mod:`tokenmill.train.checkpoint` — exact-resume checkpoints, rotated;
 * :mod:`tokenmill.train.report` — ``metrics.json``, the summary table, the loss plot;
 * :mod:`tokenmill.train.train` — :func:`~tokenmill.train.train.setup` (a run object) and
