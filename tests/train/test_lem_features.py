@@ -244,3 +244,29 @@ def test_ray_workers_run_ahead_and_equal_the_side_channel(mix, side):
         assert r.steps_done == 4 and 0 <= r.lem_wait_frac < 1 and np.isfinite(r.lem_mean_lag)
     finally:
         feed.close()
+
+
+def test_setup_checks_the_shards_once_and_side_inputs_share_one_interface(mix, side,
+                                                                          monkeypatch):
+    """Setting up a run with a side input hashes the mix's shards once (one pass over
+    every shard and sidecar, however many loaders and side inputs read the data), and
+    every kind of side input offers the trainer's interface."""
+    from tokenmill.manifests import verify
+
+    hashed: list[int] = []
+    mismatches = verify._mismatches
+    monkeypatch.setattr(verify, "_mismatches",
+                        lambda shards: hashed.append(len(shards)) or mismatches(shards))
+    cfg = _cfg(mix, side.parent / "once", seq_len=SEQ, batch_size=BATCH, steps=2, lem=True,
+               lem_features=str(side), val_every=2, val_tokens=256)
+    run = T.setup(cfg)
+    try:
+        assert len(hashed) == 1 and hashed[0] > 0, hashed
+        assert set(run.val_side) == {"lem_len", "lem_cand"}
+    finally:
+        run.close()
+    for kind in T.SIDE_INPUTS:
+        assert kind.key in ("lem", "ngram") and len(kind.names) == 2
+        for member in ("from_config", "get", "for_validation", "skip_to", "close", "lag",
+                       "mean_lag"):
+            assert hasattr(kind, member), (kind.__name__, member)
