@@ -60,15 +60,9 @@ os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "data" 
 
 from tokenmill.atomic import atomic_write_text, sha256_file  # noqa: E402
 from tokenmill.train import train as T  # noqa: E402
-from tokenmill.train.batches import (  # noqa: E402
-    check_budget,
-    data_kind,
-    data_tokenizer,
-    open_loader,
-    validation_set,
-)
+from tokenmill.train.batches import data_kind, open_data  # noqa: E402
 from tokenmill.train.model import DEFAULT_LEM_BUCKETS  # noqa: E402
-from tokenmill.train.side import save_rows_table  # noqa: E402
+from tokenmill.train.targets import save_rows_table  # noqa: E402
 
 PREFIX_WEIGHT = 0.25  # the speedrun's start weight
 NOISE_SEED0 = 100  # the noise floor's second baseline uses seeds 100, 101, ...
@@ -216,8 +210,9 @@ def tokens_needed(args: argparse.Namespace) -> int:
 def partial_legality(cfg: T.TrainConfig, out: Path) -> Path:
     """Packed legality rows for the validation rows' previous tokens (other rows allow
     everything and are never looked up): quick to build, exact for masked validation."""
-    ident = data_tokenizer(cfg.data)
-    prev = np.unique(validation_set(cfg)[:, :-1].numpy())
+    data = open_data(cfg)
+    ident = data.tokenizer
+    prev = np.unique(data.validation_rows(cfg.val_tokens)[:, :-1].numpy())
     return save_rows_table(ident.name, prev, out / f"{ident.name}_val_rows.legality")
 
 
@@ -282,10 +277,10 @@ def instrument(run: T.Run, eval_from: int, legality_final: bool) -> dict[str, An
 def placebo_val(run: T.Run, seed: int) -> None:
     """Shuffle the validation rows' LEM candidates within length buckets, as the placebo
     side channel's (the trainer computes real ones at setup)."""
-    ml, cand = run.val_lem
+    ml, cand = run.val_side["lem_len"], run.val_side["lem_cand"]
     k = cand.shape[-1]
     shuffled = shuffle_within_buckets(cand.reshape(-1, k), bucket_of(ml.reshape(-1)), seed)
-    run.val_lem = (ml, shuffled.reshape(cand.shape))
+    run.val_side["lem_cand"] = shuffled.reshape(cand.shape)
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
@@ -516,7 +511,8 @@ def check_data(args: argparse.Namespace, mix: Path) -> None:
     """Refuse a mix that gives fewer than ``--steps`` steps in one pass."""
     cfg = T.TrainConfig(data=str(mix), seq_len=args.seq_len, batch_size=args.batch_size,
                         steps=args.steps, device="cpu")
-    check_budget(open_loader(cfg, "train"), cfg, 1)
+    data = open_data(cfg)
+    data.check_budget(data.loader(), cfg.steps * cfg.grad_accum)
 
 
 def write_report(args: argparse.Namespace, mix: Path, results: list[dict[str, Any]],

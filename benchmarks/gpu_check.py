@@ -176,8 +176,9 @@ def check_kernel_objects(gpu: bool) -> None:
     backend = K.backend_for(x)
     check("kernels", "backend", backend, "triton on GPU, interpret on CPU",
           backend == ("triton" if gpu else "interpret"))
-    # the cache of decorated kernels (a module-private name, read-only here)
-    objs = {name: k for (name, b), k in K._KERNELS.items() if b == backend}
+    from tokenmill.train.kernels.dispatch import KERNELS
+
+    objs = {name: k for (name, b), k in KERNELS.items() if b == backend}  # decorated kernels
     want = {"_ce_fwd_kernel", "_ce_bwd_kernel", "_lem_fwd_kernel", "_lem_bwd_kernel"}
     if gpu:
         from triton.runtime.interpreter import InterpretedFunction
@@ -482,10 +483,11 @@ def toy_legality(cfg: dict, path: Path) -> Path:
 
     from tokenmill.tokenizers import identity
     from tokenmill.tokenizers.legality import LegalityTable
-    from tokenmill.train.batches import validation_set
+    from tokenmill.train.batches import open_data
     from tokenmill.train.config import TrainConfig
 
-    val = validation_set(TrainConfig(**cfg)).numpy()
+    train_cfg = TrainConfig(**cfg)
+    val = open_data(train_cfg).validation_rows(train_cfg.val_tokens).numpy()
     ident = identity("gpt2")
     v = ident.n_vocab
     bits = np.full((v, (v + 7) // 8), 0xFF, dtype=np.uint8)
@@ -608,13 +610,13 @@ def check_run(name: str, m: dict, steps: int, side: bool) -> None:
 def check_training(sz: Sizes, gpu: bool, data: Path, legality: Path | None, out: Path) -> None:
     """Baseline, every side input (n-gram side channels made first) uninterrupted, and the
     same stopped halfway and resumed; all on the training mix of ``data``."""
-    from tokenmill.train.batches import open_loader
+    from tokenmill.train.batches import open_data
     from tokenmill.train.config import TrainConfig
 
     mix = training_mix(data.resolve(), out / "mix")
     base = {**sz.train, "data": str(mix.resolve()), "device": "cuda" if gpu else "cpu",
             "progress": False, "seed": 0}
-    budget = open_loader(TrainConfig(**base), "train", verify=False).num_steps
+    budget = open_data(TrainConfig(**base), verify=False).loader().num_steps
     steps = min(base["steps"], budget)
     check("train", f"steps (one pass over {data.name} gives {budget})", steps,
           f">= {base['steps'] * 3 // 4}", steps >= base["steps"] * 3 // 4)

@@ -82,12 +82,12 @@ echo "== gpt2 legality rows for the validation set ($VAL_TOKENS tokens at seq 10
 $PY - "$CARRY" "$VAL_TOKENS" <<'EOF'
 import gzip, shutil, sys
 from pathlib import Path
-from tokenmill.train.batches import validation_set
+from tokenmill.train.batches import open_data
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.side import save_rows_table
+from tokenmill.train.targets import save_rows_table
 carry, val_tokens = Path(sys.argv[1]), int(sys.argv[2])
 cfg = TrainConfig(data=str(carry / "mix.json"), seq_len=1024, val_tokens=val_tokens)
-val = validation_set(cfg)
+val = open_data(cfg).validation_rows(cfg.val_tokens)
 p = save_rows_table("gpt2", val[:, :-1].reshape(-1).numpy(), carry / "gpt2_val_rows.legality")
 with open(p, "rb") as src, gzip.open(str(p) + ".gz", "wb", compresslevel=6) as dst:
     shutil.copyfileobj(src, dst, 1 << 24)

@@ -246,7 +246,7 @@ def test_cli_features_side_channel(small_mix, tmp_path, capsys):
     from tokenmill.atomic import sha256_file
     from tokenmill.cli import main
     from tokenmill.manifests.mixschema import load_mix_manifest, mix_identity_sha256
-    from tokenmill.ngram.precompute_commands import mix_stream
+    from tokenmill.ngram.sidechannel import mix_stream
 
     ident = mix_identity_sha256(small_mix)
     opts = ["--seq-len", "128", "--batch-size", "4", "-q"]

@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 
 from tests.shared import corpora
-from tokenmill.ngram import precompute as P
+from tokenmill.ngram import lem_chunks
+from tokenmill.ngram import lem_ray as P
 from tokenmill.ngram.lem import OnlineLEM
-from tokenmill.ngram.precompute import (
-    byte_code,
-    lem_chunk_position,
-    plan_chunks,
-    precompute_lem,
-    suffix_array,
-)
+from tokenmill.ngram.lem_chunks import lem_chunk_position, plan_chunks
+from tokenmill.ngram.precompute import precompute_lem
+from tokenmill.ngram.suffixarray import byte_code, sa_rank_lcp, suffix_array
 
 EOT = 50256
 
@@ -209,7 +206,7 @@ def test_suffix_array_paths_sort_the_suffixes(vocab, expect):
         assert (coded[1] == 256) == (expect == "one byte")
     assert_suffix_array(x if coded is None else coded[0][x], suffix_array(x))
     # the fused path (token-start filter in the rank pass, uint16 text in the LCP pass)
-    sa, rank, lcp = P._sa_rank_lcp(x)
+    sa, rank, lcp = sa_rank_lcp(x)
     assert np.array_equal(sa, suffix_array(x))
     assert np.array_equal(rank[sa], np.arange(x.size))
     assert lcp[0] == 0
@@ -239,7 +236,7 @@ def test_scan_and_sweep_answer_alike(real_stream, monkeypatch, scan_max):
     sweep (all of them, SCAN_MAX = 0) give the default split's arrays."""
     x = real_stream[:60_000]
     want = lem_chunk_position(x, 30_000, k=4, eot=EOT)
-    monkeypatch.setattr(P, "SCAN_MAX", scan_max)
+    monkeypatch.setattr(lem_chunks, "SCAN_MAX", scan_max)
     assert_same(want, lem_chunk_position(x, 30_000, k=4, eot=EOT), f"SCAN_MAX={scan_max}")
 
 
@@ -346,8 +343,9 @@ def test_cli_lem_lists_the_side_channel_in_the_mix(small_mix, tmp_path):
     from tokenmill.atomic import sha256_file
     from tokenmill.cli import main
     from tokenmill.manifests.mixschema import load_mix_manifest, mix_identity_sha256
+    from tokenmill.train.batches import open_data
     from tokenmill.train.config import TrainConfig
-    from tokenmill.train.side import LEMSideChannelError, check_side_channel
+    from tokenmill.train.lemside import LEMSideChannelError, check_side_channel
 
     identity = mix_identity_sha256(small_mix)
     args = ["--seq-len", "128", "--batch-size", "4", "--window", "65536", "-k", "3",
@@ -373,10 +371,10 @@ def test_cli_lem_lists_the_side_channel_in_the_mix(small_mix, tmp_path):
 
     cfg = TrainConfig(data=str(small_mix), seq_len=128, batch_size=4, lem=True, lem_k=3,
                       lem_features=str(tmp_path / "lem2"))
-    check_side_channel(tmp_path / "lem2" / "lem.json", meta, cfg, 1)  # accepted
+    check_side_channel(tmp_path / "lem2" / "lem.json", meta, open_data(cfg), cfg)  # accepted
     changed = small_mix.parent / "changed_mix.json"
     m = load_mix_manifest(small_mix)
     m.model_copy(update={"seed": m.seed + 1}).write(changed)
     with pytest.raises(LEMSideChannelError, match="made for the mix"):
-        check_side_channel(tmp_path / "lem2" / "lem.json", meta,
-                           cfg.model_copy(update={"data": str(changed)}), 1)
+        other = cfg.model_copy(update={"data": str(changed)})
+        check_side_channel(tmp_path / "lem2" / "lem.json", meta, open_data(other), other)

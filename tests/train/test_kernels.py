@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from tokenmill.tokenizers.legality import unpack_rows_torch
 from tokenmill.train import kernels as K
 
 DEV = torch.device(os.environ.get("TOKENMILL_KERNEL_DEVICE", "cpu"))
@@ -139,7 +140,7 @@ def test_pack_bits_follow_numpy_little_bitorder():
     bits = K.pack_mask_rows(allowed)
     ref = np.packbits(allowed.numpy(), axis=-1, bitorder="little")
     np.testing.assert_array_equal(bits.numpy(), ref)
-    assert torch.equal(K.unpack_mask_rows(torch.from_numpy(ref), 21), allowed)
+    assert torch.equal(unpack_rows_torch(torch.from_numpy(ref), 21), allowed)
     # token 0 is bit value 1 of byte 0; token 9 is bit value 2 of byte 1
     one = torch.zeros(1, 16, dtype=torch.bool)
     one[0, 0] = one[0, 9] = True

@@ -20,18 +20,17 @@ from tokenmill.cli import main
 from tokenmill.manifests.mix import build_mix
 from tokenmill.ngram.lem import OnlineLEM
 from tokenmill.ngram.precompute import precompute_lem
-from tokenmill.ngram.precompute_commands import register_lem_side_channel
+from tokenmill.ngram.sidechannel import register_side_channel_files
 from tokenmill.tokenizers import identity
 from tokenmill.train import train as T
-from tokenmill.train.batches import open_loader
-from tokenmill.train.lemworkers import LEMWorkers
-from tokenmill.train.side import (
+from tokenmill.train.batches import open_data
+from tokenmill.train.lemside import (
     LEMFeed,
     LEMSideChannel,
     LEMSideChannelError,
     lem_for_validation,
-    train_prefix,
 )
+from tokenmill.train.lemworkers import LEMWorkers
 
 SEQ, BATCH, WINDOW = 64, 4, 1 << 14
 EOT = identity("gpt2").eot_token
@@ -64,7 +63,7 @@ def side(mix) -> Path:
 
 def _expected(cfg, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """precompute_lem over the loader's global stream: ``[steps, BATCH, SEQ + 1]`` views."""
-    stream = train_prefix(cfg, n_steps * BATCH * (SEQ + 1))
+    stream = open_data(cfg).stream_prefix(n_steps * BATCH * (SEQ + 1))
     ml, nt = precompute_lem(stream, k=4, window=WINDOW, eot=EOT)
     ml = np.where(ml >= 255, 256, ml)  # the side channel's uint8 saturation, as read
     return ml.reshape(n_steps, BATCH, SEQ + 1), nt.reshape(n_steps, BATCH, SEQ + 1, 4)
@@ -80,7 +79,7 @@ def test_features_follow_the_loader_stream_resume_and_ranks(mix, side):
     assert (exp_ml > 0).mean() > 0.3 and (exp_nt[..., 0] >= 0).any()
     run = T.setup(cfg)
     try:
-        assert isinstance(run.lem_feed, LEMSideChannel)
+        assert isinstance(run.lem, LEMSideChannel)
         for s in range(3):
             x, _, kw = run.next_inputs()
             assert torch.equal(kw["lem_len"], torch.from_numpy(exp_ml[s, :, :SEQ]))
@@ -88,22 +87,22 @@ def test_features_follow_the_loader_stream_resume_and_ranks(mix, side):
         state = run.loader.state_dict()
     finally:
         run.close()
-    resumed = open_loader(cfg)
+    resumed = open_data(cfg).loader()
     resumed.load_state_dict({**state, "step": 5})  # features follow the loader's step
-    feed = LEMSideChannel(side, cfg, 0, 1)
+    feed = LEMSideChannel(side, open_data(cfg), cfg)
     d = resumed.next_batch()
     assert d["step"] == 5 and torch.equal(feed.get(d["step"])[0],
                                           torch.from_numpy(exp_ml[5, :, :SEQ]))
     half = cfg.model_copy(update={"batch_size": BATCH // 2})
     for rank in range(2):
-        f = LEMSideChannel(side, half, rank, 2)
+        f = LEMSideChannel(side, open_data(half, rank, 2), half)
         rows = slice(rank * 2, rank * 2 + 2)
         for s in (0, 7):
             ml, nt = f.get(s)
             assert torch.equal(ml, torch.from_numpy(exp_ml[s, rows, :SEQ]))
             assert torch.equal(nt, torch.from_numpy(exp_nt[s, rows, :SEQ]))
-        x = open_loader(half, rank=rank, world=2).next_batch()["inputs"]
-        assert torch.equal(x, open_loader(cfg).next_batch()["inputs"][rows])  # same tokens
+        x = open_data(half, rank, 2).loader().next_batch()["inputs"]
+        assert torch.equal(x, open_data(cfg).loader().next_batch()["inputs"][rows])  # same tokens
 
 
 def _refusal(capsys, cfg, tmp_path) -> str:
@@ -143,6 +142,11 @@ def test_a_side_channel_of_another_mix_or_geometry_is_refused(mix, side, tmp_pat
     assert str(f) in err and "sha256" in err
 
 
+def _register(mix, out, files) -> None:
+    register_side_channel_files(mix, out, kind="lem-side-channel", meta_name="lem.json",
+                                keys=("len", "next"), split="train", files=files)
+
+
 def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, side, tmp_path):
     """A side channel listed in the mix manifest is checked against that listing before
     training: a file rewritten together with its sha256 in lem.json (which lem.json's own
@@ -152,11 +156,11 @@ def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, side, 
     shutil.copytree(side, copy)
     text = (copy / "lem.json").read_text()
     meta = json.loads(text)
-    register_lem_side_channel(mix, copy, "train", meta["files"])
+    _register(mix, copy, meta["files"])
     try:
         cfg = _cfg(mix, tmp_path / "run", seq_len=SEQ, batch_size=BATCH, steps=2, lem=True,
                    lem_features=str(copy), val_every=0)
-        LEMSideChannel(copy, cfg, 0, 1)  # as listed: accepted
+        LEMSideChannel(copy, open_data(cfg), cfg)  # as listed: accepted
         f = copy / meta["files"][0]["len"]
         a = np.load(f)
         a[0] ^= 1
@@ -164,15 +168,15 @@ def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, side, 
         meta["files"][0]["len_sha256"] = sha256_file(f)
         (copy / "lem.json").write_text(json.dumps(meta, indent=1) + "\n")
         with pytest.raises(LEMSideChannelError) as e:
-            LEMSideChannel(copy, cfg, 0, 1)
+            LEMSideChannel(copy, open_data(cfg), cfg)
         assert str(e.value).startswith(f"{copy / 'lem.json'}: sha256 differs from its listing")
         (copy / "lem.json").write_text(text)  # the listed bytes again
         with pytest.raises(LEMSideChannelError) as e:
-            LEMSideChannel(copy, cfg, 0, 1)
+            LEMSideChannel(copy, open_data(cfg), cfg)
         assert str(e.value).startswith(f"{f}: sha256 differs") and str(mix) in str(e.value)
     finally:  # the module's side channel is the listed one again
         orig = json.loads((side / "lem.json").read_text())["files"]
-        register_lem_side_channel(mix, side, "train", orig)
+        _register(mix, side, orig)
 
 
 def test_validation_features_are_position_mode_over_train_history(mix, side):
@@ -184,10 +188,10 @@ def test_validation_features_are_position_mode_over_train_history(mix, side):
                lem_features=str(side), val_every=3, val_tokens=512)
     r = T.train(cfg)
     assert r.steps_done == 3 and np.isfinite(r.val[-1]["val_loss"])
-    val = T.validation_set(cfg)
-    ml, nt = lem_for_validation(cfg, val, EOT, k=4, window=WINDOW, max_len=0)
+    val = open_data(cfg).validation_rows(cfg.val_tokens)
+    ml, nt = lem_for_validation(open_data(cfg), val, k=4, window=WINDOW, max_len=0)
     lem = OnlineLEM(eot=EOT, k=4, mode="position", window=WINDOW)
-    lem.step(train_prefix(cfg, WINDOW // 2))
+    lem.step(open_data(cfg).stream_prefix(WINDOW // 2))
     oml, ont = lem.step(val.numpy().reshape(-1))
     n, w = val.shape
     assert np.array_equal(ml, oml.reshape(n, w)[:, :-1])
@@ -201,9 +205,9 @@ def test_online_feed_is_global_and_equals_the_side_channel(mix, side):
     cfg = _cfg(mix, side.parent / "online", seq_len=SEQ, batch_size=BATCH, steps=3, lem=True,
                lem_window=WINDOW, lem_max_len=0)
     half = cfg.model_copy(update={"batch_size": BATCH // 2})
-    feeds = [LEMFeed(cfg, 0, 1, EOT), LEMFeed(half, 1, 2, EOT)]
+    feeds = [LEMFeed(open_data(cfg), cfg), LEMFeed(open_data(half, 1, 2), half)]
     try:
-        disk = LEMSideChannel(side, cfg.model_copy(update={"lem_features": str(side)}), 0, 1)
+        disk = LEMSideChannel(side, open_data(cfg), cfg)
         for s in range(3):
             (ml, nt), (ml1, nt1) = (f.get(s) for f in feeds)
             dml, dnt = disk.get(s)
@@ -220,16 +224,15 @@ def test_ray_workers_run_ahead_and_equal_the_side_channel(mix, side):
     and report the trainer's wait; a run with them stops and resumes."""
     cfg = _cfg(mix, side.parent / "workers", seq_len=SEQ, batch_size=BATCH, steps=8, lem=True,
                lem_window=WINDOW, lem_max_len=0, lem_workers=2, lem_chunk_tokens=3000)
-    disk = LEMSideChannel(side, cfg.model_copy(update={"lem_features": str(side),
-                                                       "lem_workers": 0}), 0, 1)
-    feed = LEMWorkers(cfg, 0, 1, EOT)
+    disk = LEMSideChannel(side, open_data(cfg), cfg)
+    feed = LEMWorkers(open_data(cfg), cfg)
     try:
         for s in range(8):
             ml, nt = feed.get(s)
             dml, dnt = disk.get(s)
             assert torch.equal(torch.where(ml >= 255, 256, ml), dml) and torch.equal(nt, dnt)
         assert feed.wait_s >= 0 and feed.mean_lag >= 0
-        later = LEMWorkers(cfg, 0, 1, EOT)
+        later = LEMWorkers(open_data(cfg), cfg)
         try:
             later.skip_to(6)
             assert torch.equal(later.get(6)[1], disk.get(6)[1])
@@ -241,3 +244,29 @@ def test_ray_workers_run_ahead_and_equal_the_side_channel(mix, side):
         assert r.steps_done == 4 and 0 <= r.lem_wait_frac < 1 and np.isfinite(r.lem_mean_lag)
     finally:
         feed.close()
+
+
+def test_setup_checks_the_shards_once_and_side_inputs_share_one_interface(mix, side,
+                                                                          monkeypatch):
+    """Setting up a run with a side input hashes the mix's shards once (one pass over
+    every shard and sidecar, however many loaders and side inputs read the data), and
+    every kind of side input offers the trainer's interface."""
+    from tokenmill.manifests import verify
+
+    hashed: list[int] = []
+    mismatches = verify._mismatches
+    monkeypatch.setattr(verify, "_mismatches",
+                        lambda shards: hashed.append(len(shards)) or mismatches(shards))
+    cfg = _cfg(mix, side.parent / "once", seq_len=SEQ, batch_size=BATCH, steps=2, lem=True,
+               lem_features=str(side), val_every=2, val_tokens=256)
+    run = T.setup(cfg)
+    try:
+        assert len(hashed) == 1 and hashed[0] > 0, hashed
+        assert set(run.val_side) == {"lem_len", "lem_cand"}
+    finally:
+        run.close()
+    for kind in T.SIDE_INPUTS:
+        assert kind.key in ("lem", "ngram") and len(kind.names) == 2
+        for member in ("from_config", "get", "for_validation", "skip_to", "close", "lag",
+                       "mean_lag"):
+            assert hasattr(kind, member), (kind.__name__, member)

@@ -20,16 +20,15 @@ from tokenmill.atomic import sha256_file
 from tokenmill.cli import main
 from tokenmill.manifests.mix import build_mix
 from tokenmill.manifests.mixschema import mix_identity_sha256
-from tokenmill.ngram.ngramfeat_commands import register
+from tokenmill.ngram.sidechannel import register_side_channel_files
 from tokenmill.tokenizers import identity
 from tokenmill.train import train as T
-from tokenmill.train.batches import open_loader, validation_set
+from tokenmill.train.batches import open_data
 from tokenmill.train.ngramside import (
     NgramSideChannel,
     NgramSideChannelError,
     ngram_for_validation,
 )
-from tokenmill.train.side import train_prefix
 
 SEQ, BATCH, M, CHUNK = 32, 4, 4, 200
 EOT = identity("gpt2").eot_token
@@ -106,12 +105,12 @@ def sides(mix) -> tuple[Path, Path, np.ndarray, np.ndarray]:
     """Train and val side channels of the mix: ``(train dir, val dir, cand, logp)`` (the
     train arrays)."""
     cfg = _cfg(mix, Path("unused"), seq_len=SEQ, batch_size=BATCH)
-    loader = open_loader(cfg, verify=False)
-    stream = train_prefix(cfg, loader.num_steps * BATCH * (SEQ + 1))
+    loader = open_data(cfg, verify=False).loader()
+    stream = open_data(cfg).stream_prefix(loader.num_steps * BATCH * (SEQ + 1))
     cand, logp = bigram_features(stream)
     train = write_side(mix.parent / "ngram", mix, stream, cand, logp, split="train",
                        batch_size=BATCH)
-    vstream = open_loader(cfg, "val", verify=False)  # BATCH rows per step: the same stream
+    vstream = open_data(cfg, verify=False).loader("val")  # BATCH rows per step: the same stream
     vrows = np.concatenate([torch.cat([d["inputs"], d["targets"][:, -1:]], 1).numpy()
                             .reshape(-1) for d in vstream]).astype(np.int32)
     vc, vl = bigram_features(vrows, history=stream)
@@ -132,7 +131,7 @@ def test_features_follow_the_loader_stream_and_ranks(mix, sides):
                val_tokens=256)
     run = T.setup(cfg)
     try:
-        assert isinstance(run.ngram_feed, NgramSideChannel) and run.model.cfg.ngram_m == M
+        assert isinstance(run.side["ngram"], NgramSideChannel) and run.model.cfg.ngram_m == M
         for s in range(3):
             _, _, kw = run.next_inputs()
             want = cand[s * BATCH * w : (s + 1) * BATCH * w].reshape(BATCH, w, M)[:, :SEQ]
@@ -143,21 +142,22 @@ def test_features_follow_the_loader_stream_and_ranks(mix, sides):
             assert np.allclose(kw["ngram_logp"].numpy()[ok], lp[ok].astype(np.float32))
             assert torch.all(kw["ngram_logp"][~torch.from_numpy(ok)] == 0)
         assert (cand[: 3 * BATCH * w] != 65535).mean() > 0.1
-        vc, vlp = run.val_ngram  # the val channel's first rows: validation_set's rows
+        # the val channel's first rows: the validation rows
+        vc, vlp = run.val_side["ngram_cand"], run.val_side["ngram_logp"]
         nv = 256 // SEQ
         assert vc.shape == (nv, SEQ, M) and (vc >= 0).any() and np.all(vlp[vc < 0] == 0)
         meta = json.loads((val / "ngram.json").read_text())
         disk = np.load(val / meta["files"][0]["cand"])[: nv * w].reshape(nv, w, M)[:, :SEQ]
         assert np.array_equal(np.where(vc < 0, 65535, vc), disk)
         vs = np.concatenate([torch.cat([d["inputs"], d["targets"][:, -1:]], 1).numpy()
-                             .reshape(-1) for d in open_loader(cfg, "val", verify=False)])
+                             .reshape(-1) for d in open_data(cfg, verify=False).loader("val")])
         assert np.array_equal(run.val.numpy().reshape(-1), vs[: nv * w])  # same rows
     finally:
         run.close()
     half = cfg.model_copy(update={"batch_size": BATCH // 2})
-    full = NgramSideChannel(train, cfg, 0, 1)
+    full = NgramSideChannel(train, open_data(cfg), cfg)
     for rank in range(2):
-        f = NgramSideChannel(train, half, rank, 2)
+        f = NgramSideChannel(train, open_data(half, rank, 2), half)
         for s in (0, 5):
             c, lp = f.get(s)
             fc, flp = full.get(s)
@@ -224,10 +224,11 @@ def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, sides,
     copy = tmp_path / "ngram"
     shutil.copytree(sides[0], copy)
     meta = json.loads((copy / "ngram.json").read_text())
-    register(mix, copy, "train", meta["files"])
+    register_side_channel_files(mix, copy, kind="ngram-side-channel", meta_name="ngram.json",
+                                keys=("cand", "logp"), split="train", files=meta["files"])
     cfg = _cfg(mix, tmp_path / "run", seq_len=SEQ, batch_size=BATCH, steps=2, val_every=0,
                ngram_features=str(copy))
-    NgramSideChannel(copy, cfg, 0, 1)  # as listed: accepted
+    NgramSideChannel(copy, open_data(cfg), cfg)  # as listed: accepted
     f = copy / meta["files"][0]["logp"]
     listed_f = f.read_bytes()
     a = np.load(f)
@@ -237,14 +238,14 @@ def test_a_side_channel_the_mix_lists_is_checked_against_the_listing(mix, sides,
     meta["files"][0]["logp_sha256"] = sha256_file(f)
     (copy / "ngram.json").write_text(json.dumps(meta))
     with pytest.raises(NgramSideChannelError) as e:
-        NgramSideChannel(copy, cfg, 0, 1)
+        NgramSideChannel(copy, open_data(cfg), cfg)
     assert str(e.value).startswith(f"{copy / 'ngram.json'}: sha256 differs from its listing")
     (copy / "ngram.json").write_text(listed_meta)  # the listed bytes again
     f.write_bytes(listed_f)
     g = copy / meta["files"][-1]["cand"]
     g.unlink()
     with pytest.raises(NgramSideChannelError) as e:
-        NgramSideChannel(copy, cfg, 0, 1)
+        NgramSideChannel(copy, open_data(cfg), cfg)
     assert str(e.value).startswith(f"{g}: missing (listed in {mix})")
 
 
@@ -284,11 +285,10 @@ def test_producer_output_trains_and_validation_features_agree(mix, tmp_path):
                model_overrides={"n_layer": 1, "n_embd": 64, "tie_embeddings": True})
     r = T.train(cfg)
     assert r.steps_done == 3 and np.isfinite(r.val[-1]["val_loss"])
-    val = validation_set(cfg)
-    feed = NgramSideChannel(out, cfg, 0, 1)
-    c1, lp1 = ngram_for_validation(cfg, val, feed)
-    c2, lp2 = ngram_for_validation(cfg.model_copy(update={"ngram_val_features": None}), val,
-                                   feed)
+    val = open_data(cfg).validation_rows(cfg.val_tokens)
+    feed = NgramSideChannel(out, open_data(cfg), cfg)
+    c1, lp1 = ngram_for_validation(val, feed, cfg.ngram_val_features)
+    c2, lp2 = ngram_for_validation(val, feed)  # computed from the train stream
     assert c1.shape == (val.shape[0], SEQ, M) and (c1 >= 0).mean() > 0.2
     assert np.array_equal(c1, c2) and np.allclose(lp1, lp2, atol=1e-2)  # float16 on disk
     assert np.all(lp2[c2 < 0] == 0) and np.all(lp2 <= 0)

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tokenmill.train.config import TrainConfig, TrainConfigError, prefix_aux_weight_at
-from tokenmill.train.train import Run
+from tokenmill.train.config import TrainConfig, TrainConfigError
+from tokenmill.train.train import Run, prefix_aux_weight_at
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -52,7 +52,7 @@ def test_trainer_feeds_the_scheduled_weight() -> None:
 
     cfg = _cfg(prefix_aux_weight=0.25, prefix_aux_schedule="anneal")
     run = SimpleNamespace(loader=Loader(), device=torch.device("cpu"), cfg=cfg,
-                          prefix=torch.full((8,), -1), lem_feed=None, ngram_feed=None,
+                          prefix=torch.full((8,), -1), side={},
                           step=60)
     _, _, kw = Run.next_inputs(run)  # type: ignore[arg-type]
     assert kw["aux_weight"] == pytest.approx(0.1)

@@ -35,12 +35,13 @@ from tokenmill.tokenizers.legality import (
     export_modded_nanogpt,
 )
 from tokenmill.train import train as T
-from tokenmill.train.batches import open_loader, validation_set
+from tokenmill.train.batches import open_data
 from tokenmill.train.checkpoint import list_checkpoints
 from tokenmill.train.config import TrainConfigError
 from tokenmill.train.data import MixLoader
+from tokenmill.train.lemside import LEMFeed
 from tokenmill.train.report import summary_table
-from tokenmill.train.side import LEMFeed, load_mask_bits, save_rows_table
+from tokenmill.train.targets import load_mask_bits, save_rows_table
 
 
 def _docs(root: Path, name: str, limit: int) -> list[tuple[str, str]]:
@@ -137,22 +138,22 @@ def test_curation_loader_is_document_aligned_one_pass_and_resumes(datamix):
     ranks' rows are the single process's rows."""
     cfg = _cfg(datamix, Path("unused"), seq_len=32, batch_size=4, seed=3)
     eot = identity("gpt2").eot_token
-    a = open_loader(cfg)
+    a = open_data(cfg).loader()
     assert all(s["passes"] <= 1.0 for s in a.summary()), a.summary()
     first = [a.next_batch() for _ in range(5)]
     assert all(torch.all(b["inputs"][:, 0] == eot) for b in first)
     assert torch.equal(first[0]["inputs"][:, 1:], first[0]["targets"][:, :-1])
     state = a.state_dict()
     rest = [a.next_batch() for _ in range(3)]
-    b = open_loader(cfg, verify=False)
+    b = open_data(cfg, verify=False).loader()
     b.load_state_dict(state)
     for x, y in zip(rest, [b.next_batch() for _ in range(3)], strict=True):
         assert torch.equal(x["inputs"], y["inputs"]) and torch.equal(x["targets"], y["targets"])
     half = _cfg(datamix, Path("unused"), seq_len=32, batch_size=2, seed=3)
-    r0 = open_loader(half, rank=0, world=2).next_batch()["inputs"]
-    r1 = open_loader(half, rank=1, world=2).next_batch()["inputs"]
+    r0 = open_data(half, 0, 2).loader().next_batch()["inputs"]
+    r1 = open_data(half, 1, 2).loader().next_batch()["inputs"]
     assert torch.equal(torch.cat([r0, r1]), first[0]["inputs"])
-    val = validation_set(cfg)
+    val = open_data(cfg).validation_rows(cfg.val_tokens)
     assert val.shape == (1024 // 32, 33) and torch.all(val[:, 0] == eot)
 
 
@@ -218,7 +219,7 @@ def _legality_table(cfg: T.TrainConfig, tmp_path: Path) -> Path:
     (tokenmill.tokenizers.legality) only for the previous tokens of the run's validation
     rows (the only rows masked validation reads: ~500 rows build in ~1 s, all val shards'
     6,000 in ~15 s); its other rows allow everything (``save_rows_table``)."""
-    prev = np.unique(validation_set(cfg, verify=False)[:, :-1].numpy())
+    prev = np.unique(open_data(cfg, verify=False).validation_rows(cfg.val_tokens)[:, :-1].numpy())
     return save_rows_table("gpt2", prev, tmp_path / "gpt2_val_rows.legality")
 
 
@@ -316,7 +317,7 @@ def test_one_pass_loader_leaks_no_repetition_into_the_lem(tmp_path):
     data = sample_datamix(tmp_path / "data", {"c4-en-sample": 400,
                                               "wikipedia-wikitext-sample": 72}, val_every=2)
     cfg = _cfg(data, tmp_path / "unused", seq_len=64, batch_size=8)
-    loader = open_loader(cfg, verify=False)  # the trainer's train loader
+    loader = open_data(cfg, verify=False).loader()  # the trainer's train loader
     assert all(s["passes"] <= 1.0 for s in loader.summary())
     names, eot = loader.source_names, loader.eot
     rows, src = [], []
@@ -324,7 +325,7 @@ def test_one_pass_loader_leaks_no_repetition_into_the_lem(tmp_path):
         rows += list(zip(b["inputs"].numpy(), b["targets"].numpy(), strict=True))
         src.append(b["sources"])
     src = np.concatenate(src)
-    # the val split as the trainer reads it (validation_set: its first rows), with the
+    # the val split as the trainer reads it (validation_rows: its first rows), with the
     # source of each row from the shard its tokens come from
     p, man = read_manifest(cfg.data)
     owner = {(p.parent / sh.path).resolve(): names.index(s.name)
@@ -339,7 +340,7 @@ def test_one_pass_loader_leaks_no_repetition_into_the_lem(tmp_path):
         s = np.unique(shard_src[b["pieces"][:, 1]])
         vsrc.append(s[0] if len(s) == 1 else -1)  # a row spanning two sources: neither
     vx, vy, vsrc = np.stack(vx), np.stack(vy), np.array(vsrc)
-    first = validation_set(cfg, verify=False)
+    first = open_data(cfg, verify=False).validation_rows(cfg.val_tokens)
     assert np.array_equal(first[:, :-1].numpy(), vx[: len(first)])
 
     def gaps(order: np.ndarray) -> dict[str, float]:
@@ -440,9 +441,8 @@ def test_lem_feed_replays_on_resume(datamix, tmp_path):
     """After a resume the predictor replays the stream from step 0, so the features of steps
     3.. equal an uninterrupted feed's (and positions with a match have a candidate)."""
     cfg = _cfg(datamix, tmp_path, steps=6, lem=True, lem_window=1 << 16)
-    eot = identity("gpt2").eot_token
-    a = LEMFeed(cfg, 0, 1, eot)
-    b = LEMFeed(cfg, 0, 1, eot)
+    a = LEMFeed(open_data(cfg), cfg)
+    b = LEMFeed(open_data(cfg), cfg)
     try:
         full = [a.get(s) for s in range(6)]
         b.skip_to(3)

@@ -12,6 +12,14 @@
   automaton, numba), per-position or per-step causality, bounded window.
 * :mod:`tokenmill.ngram.stream` — ``LEMStream``: the predictor in its own process, ahead of
   a trainer, through shared-memory ring slots.
+* :mod:`tokenmill.ngram.precompute` — ``precompute_lem``: the same features of a whole
+  stream ahead of time, by the chunk algorithm of :mod:`tokenmill.ngram.lem_chunks` (in
+  process) or its Ray and shared-memory execution (:mod:`tokenmill.ngram.lem_ray`).
+* :mod:`tokenmill.ngram.suffixarray` — suffix arrays and LCP arrays (libdivsufsort), the one
+  place suffixes are sorted (index, counts, LEM precompute).
+* :mod:`tokenmill.ngram.ngramfeat` — the n-gram model's top-m candidates per position.
+* :mod:`tokenmill.ngram.sidechannel` — a mix's token stream and the side channels written
+  beside it (``tokenmill ngram lem`` / ``ngram features``).
 
 Nothing is imported here, so ``tokenmill --help`` stays fast; import the modules.
 """

@@ -11,29 +11,8 @@ import sys
 from pathlib import Path
 
 from tokenmill.cliargs import add_output_argument, add_quiet_argument
-from tokenmill.ngram.ngramfeat_commands import add_features_command
+from tokenmill.ngram.ngramfeat_commands import add_features_command, parse_orders
 from tokenmill.ngram.precompute_commands import add_lem_command, positive_int
-
-
-def _orders(text: str) -> list[int]:
-    """``"2-8"`` or ``"2,3,5"`` -> orders in 2..32; a ValueError naming the option otherwise
-    (called before any work)."""
-    from tokenmill.ngram.counts import MAX_ORDER
-
-    try:
-        if "-" in text:
-            a, b = text.split("-", 1)
-            out = list(range(int(a), int(b) + 1))
-        else:
-            out = [int(x) for x in text.split(",")]
-    except ValueError:
-        out = []
-    if not out:
-        raise ValueError(f"--orders {text!r}: expected a range like 2-8 or a list like 2,3,5")
-    if min(out) < 2 or max(out) > MAX_ORDER:
-        raise ValueError(f"--orders {text!r}: orders must lie in 2..{MAX_ORDER}")
-    return out
-
 
 # --------------------------------------------------------------------------- token text
 
@@ -95,7 +74,7 @@ def _build(args: argparse.Namespace) -> int:
     from tokenmill.ngram.counts import build_counts
     from tokenmill.ngram.index import build_index
 
-    orders = _orders(args.orders) if args.counts else None  # checked before any work
+    orders = parse_orders(args.orders) if args.counts else None  # checked before any work
     if args.no_verify:
         print("shard verification is off (--no-verify)", file=sys.stderr)
     split = None if args.split == "all" else args.split

@@ -53,6 +53,7 @@ import numpy as np
 from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.verify import OpenedShards
 from tokenmill.ngram.index import SuffixArrayIndex, _range
+from tokenmill.ngram.suffixarray import capped_lcp
 from tokenmill.raysession import ray_session
 from tokenmill.tokenizers import TokenizerIdentity
 
@@ -166,21 +167,6 @@ def _varint_decode(data, count):
 
 
 # --------------------------------------------------------------------------- build kernels
-
-
-@nb.njit(cache=True)
-def _lcp_part(tokens, sa, s, e, cap):
-    """lcp[i - s] = common prefix length (<= cap) of suffixes sa[i - 1] and sa[i] of one
-    part (lcp[0] = 0); the part's sentinel is unique, so no prefix runs past it."""
-    lcp = np.zeros(e - s, np.uint8)
-    for i in range(s + 1, e):
-        p = np.int64(sa[i - 1])
-        q = np.int64(sa[i])
-        k = 0
-        while k < cap and tokens[p + k] == tokens[q + k]:
-            k += 1
-        lcp[i - s] = k
-    return lcp
 
 
 @nb.njit(cache=True)
@@ -310,6 +296,24 @@ def _context(tokens, sa, parts, row, t, L, eot, min_count, keys, ko, o, seg):
 
 
 @nb.njit(cache=True)
+def add_followers(tokens, sa, seg, L, fst, f_tok, top, eot, sentinel, cand, nc):
+    """Append to ``cand[nc:]`` the followers of one context in one part (``seg``: its
+    occurrences' SA range ``[a, b)`` and its stored table ``ci``, -1 if none): the ``top``
+    most frequent stored ones, or, for a context seen too rarely to be stored, the follower
+    of every occurrence. Returns the new ``nc``."""
+    a, b, ci = seg[0], seg[1], seg[2]
+    if ci >= 0:
+        for e in range(fst[ci], min(fst[ci + 1], fst[ci] + top)):
+            cand[nc] = f_tok[e]
+            nc += 1
+    else:
+        for i in range(a, b):
+            cand[nc] = _follower(tokens, sa, i, L, eot, sentinel)
+            nc += 1
+    return nc
+
+
+@nb.njit(cache=True)
 def _follower(tokens, sa, i, L, eot, sentinel):
     t = np.int64(tokens[np.int64(sa[i]) + L])
     return eot if t == sentinel else t
@@ -379,15 +383,8 @@ def _topk_one(tokens, sa, parts, row, t, orders, eot, sentinel, unigram, n_uni, 
         L = orders[o] - 1
         tots[o] = _context(tokens, sa, parts, row, t, L, eot, min_count, keys, ko, o, segs[o])
         for p in range(n_p):
-            a, b, ci = segs[o, p, 0], segs[o, p, 1], segs[o, p, 2]
-            if ci >= 0:
-                for e in range(fst[ci], min(fst[ci + 1], fst[ci] + m)):
-                    cand[nc] = f_tok[e]
-                    nc += 1
-            else:
-                for i in range(a, b):  # < min_count occurrences: every follower
-                    cand[nc] = _follower(tokens, sa, i, L, eot, sentinel)
-                    nc += 1
+            nc = add_followers(tokens, sa, segs[o, p], L, fst, f_tok, m, eot, sentinel,
+                               cand, nc)
     cand = np.unique(cand[:nc])
     V = unigram.size
     probs = np.empty(cand.size, np.float64)
@@ -483,7 +480,7 @@ class NGramCountsModel:
         per_order = [([], [], [], []) for _ in orders]
         for p in range(idx.parts.size - 1):
             s, e = int(idx.parts[p]), int(idx.parts[p + 1])
-            lcp = _lcp_part(idx.tokens, idx.sa, s, e, orders[-1])
+            lcp = capped_lcp(idx.tokens, idx.sa, s, e, orders[-1])
             for o, n in enumerate(orders):
                 keys, nf = np.empty(e - s, np.int64), np.empty(e - s, np.int64)
                 ftok, fcnt = np.empty(e - s, np.int64), np.empty(e - s, np.int64)

@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.shards import read_sidecar, read_tokens
 from tokenmill.manifests.verify import open_shards
+from tokenmill.ngram.suffixarray import integer_suffix_array
 from tokenmill.tokenizers import TokenizerIdentity
 
 FORMAT = "tokenmill-sa-index/1"
@@ -432,12 +433,7 @@ class _PartSorter:
         self.pending: list = []
 
     def submit(self, part: np.ndarray, start: int) -> None:
-        from pydivsufsort import divsufsort
-
-        # libdivsufsort's integer path is fastest on int32 (uint16 ids and the uint16
-        # sentinel keep their order)
-        sa_in = part.astype(np.int32) if part.dtype == np.uint16 else part
-        self.pending.append((self.pool.submit(divsufsort, sa_in), start))
+        self.pending.append((self.pool.submit(integer_suffix_array, part), start))
         self.flush(keep=self.workers - 1)
 
     def flush(self, keep: int = 0) -> None:
@@ -659,8 +655,6 @@ class SuffixArrayIndex:
         Raises:
             IndexError_: a token id outside the vocabulary, or 2**31 tokens or more.
         """
-        from pydivsufsort import divsufsort
-
         dtype = np.uint16 if n_vocab < 2**16 - 1 else np.uint32
         sentinel = int(np.iinfo(dtype).max)
         arrs = [np.asarray(p) for p in parts if len(p)]
@@ -676,9 +670,8 @@ class SuffixArrayIndex:
                 raise IndexError_(f"token id {bad} outside the vocabulary [0, {n_vocab})")
             tokens[o:o + a.size] = a
             tokens[o + a.size] = sentinel
-            part = tokens[o:o + a.size + 1]  # int32 keeps the uint16 sentinel last
-            sa[o:o + a.size + 1] = divsufsort(
-                part.astype(np.int32) if dtype == np.uint16 else part).astype(np.int64) + o
+            sa[o:o + a.size + 1] = integer_suffix_array(
+                tokens[o:o + a.size + 1]).astype(np.int64) + o
             starts.append(o)
             o += a.size + 1
         self = cls.__new__(cls)

@@ -436,6 +436,32 @@ def _bits_for(n_tokens: int) -> int:
     return max(16, int(np.ceil(np.log2(4 * n_tokens + 16))))
 
 
+def is_int(x: object) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_lem_params(*, k: object, mode: object, window: object, eot: object,
+                     max_len: object) -> None:
+    """Check the LEM predictor's settings (as :class:`OnlineLEM` and
+    :func:`tokenmill.ngram.precompute.precompute_lem` take them).
+
+    Raises:
+        ValueError: naming the first setting out of range and its value.
+    """
+    if mode not in ("position", "step"):
+        raise ValueError(f"mode must be 'position' or 'step', not {mode!r}")
+    if not is_int(eot) or not 0 <= eot < 2**31 - 1:
+        raise ValueError(f"eot must be a token id in [0, 2**31 - 1), not {eot!r}")
+    if not is_int(k) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, not {k!r}")
+    if not is_int(window) or window < 0 or window == 1 or window > 2**29:
+        raise ValueError(f"window must be 0 (unbounded) or an integer in [2, 2**29], "
+                         f"not {window!r}")
+    if not is_int(max_len) or max_len < 0:
+        raise ValueError(f"max_len must be an integer >= 0 (0: no cap), not {max_len!r}")
+
+
 class OnlineLEM:
     """Online causal longest-exact-match predictor (see the module docstring).
 
@@ -458,20 +484,7 @@ class OnlineLEM:
 
     def __init__(self, eot: int, k: int = 4, mode: Literal["position", "step"] = "step",
                  window: int = 4_000_000, max_len: int = 0):
-        def is_int(x) -> bool:
-            return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-        if mode not in ("position", "step"):
-            raise ValueError(f"mode must be 'position' or 'step', not {mode!r}")
-        if not is_int(eot) or not 0 <= eot < 2**31 - 1:
-            raise ValueError(f"eot must be a token id in [0, 2**31 - 1), not {eot!r}")
-        if not is_int(k) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, not {k!r}")
-        if not is_int(window) or window < 0 or window == 1 or window > 2**29:
-            raise ValueError(f"window must be 0 (unbounded) or an integer in [2, 2**29], "
-                             f"not {window!r}")
-        if not is_int(max_len) or max_len < 0:
-            raise ValueError(f"max_len must be an integer >= 0 (0: no cap), not {max_len!r}")
+        check_lem_params(k=k, mode=mode, window=window, eot=eot, max_len=max_len)
         self.eot, self.k, self.mode, self.window = int(eot), int(k), mode, int(window)
         self.half = window // 2
         self.max_len = int(max_len)
@@ -589,6 +602,18 @@ class OnlineLEM:
 # --------------------------------------------------------------------------- oracle
 
 
+@nb.njit(cache=True, inline="always")
+def _common_suffix(tokens, i, j, limit, max_len):
+    """Length of the common suffix of ``tokens[..i]`` and ``tokens[..j]``, at most ``limit``
+    (and ``max_len`` when it is > 0)."""
+    if max_len > 0 and limit > max_len:
+        limit = max_len
+    n = 0
+    while n < limit and tokens[i - n] == tokens[j - n]:
+        n += 1
+    return n
+
+
 @nb.njit(cache=True)
 def lem_oracle(tokens, eot, k, step, half, max_len=0):
     """Brute-force reference for :class:`OnlineLEM` (tests only).
@@ -625,12 +650,7 @@ def lem_oracle(tokens, eot, k, step, half, max_len=0):
             r -= 1
             if j > jmax:
                 continue
-            limit = min(capq, j - S + 1)
-            if max_len > 0 and limit > max_len:
-                limit = max_len
-            L = 0
-            while L < limit and tokens[i - L] == tokens[j - L]:
-                L += 1
+            L = _common_suffix(tokens, i, j, min(capq, j - S + 1), max_len)
             if L > best:
                 best = L
         out_len[i] = best
@@ -642,12 +662,7 @@ def lem_oracle(tokens, eot, k, step, half, max_len=0):
                 r -= 1
                 if j > jmax:
                     continue
-                limit = min(capq, j - S + 1)
-                if max_len > 0 and limit > max_len:
-                    limit = max_len
-                L = 0
-                while L < limit and tokens[i - L] == tokens[j - L]:
-                    L += 1
+                L = _common_suffix(tokens, i, j, min(capq, j - S + 1), max_len)
                 if L >= best:
                     out_next[i, got] = tokens[j + 1]
                     got += 1

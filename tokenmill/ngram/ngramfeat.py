@@ -39,7 +39,13 @@ from collections.abc import Callable, Sequence
 import numba as nb
 import numpy as np
 
-from tokenmill.ngram.counts import NGramCountsModel, _context, _follower, check_orders
+from tokenmill.ngram.counts import (
+    NGramCountsModel,
+    _context,
+    _follower,
+    add_followers,
+    check_orders,
+)
 from tokenmill.ngram.index import SuffixArrayIndex
 
 MAX_CHUNKS = 16
@@ -195,15 +201,8 @@ def _candidates(tokens, sa, segs, tots, orders, eot, sentinel, fst, f_tok, uni_o
         if tots[o] == 0:
             continue
         for p in range(n_p):
-            a, b, ci = segs[o, p, 0], segs[o, p, 1], segs[o, p, 2]
-            if ci >= 0:
-                for e in range(fst[ci], min(fst[ci + 1], fst[ci] + K)):
-                    cand[nc] = f_tok[e]
-                    nc += 1
-            else:
-                for i in range(a, b):
-                    cand[nc] = _follower(tokens, sa, i, orders[o] - 1, eot, sentinel)
-                    nc += 1
+            nc = add_followers(tokens, sa, segs[o, p], orders[o] - 1, fst, f_tok, K, eot,
+                               sentinel, cand, nc)
     return np.unique(cand[:nc])
 
 

@@ -206,13 +206,20 @@ def _unpack_rows(packed, rows, lut64, out64):
 
 
 def unpack_rows_torch(packed, n_vocab: int):
-    """Unpack ``torch.uint8[N, row_bytes]`` rows (little bit order) to ``torch.bool[N, n_vocab]``
-    with torch bit operations on the rows' device (the path for accelerators)."""
+    """Unpack ``torch.uint8[..., row_bytes]`` rows (little bit order: token ``j`` is bit
+    ``j % 8`` of byte ``j // 8``) to ``torch.bool[..., n_vocab]`` with torch bit operations
+    on the rows' device (the path for accelerators and the trainer's kernels).
+
+    Raises:
+        TypeError: rows that are not uint8.
+    """
     import torch
 
+    if packed.dtype != torch.uint8:
+        raise TypeError(f"mask bits must be uint8, got {packed.dtype}")
     shifts = torch.arange(8, device=packed.device, dtype=torch.uint8)
     bits = (packed.unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(packed.shape[0], -1)[:, :n_vocab].bool()
+    return bits.flatten(-2)[..., :n_vocab].bool()
 
 
 class LegalityTable:

@@ -4,11 +4,14 @@
   learning-rate schedule;
 * :mod:`tokenmill.train.data` — :class:`MixLoader`, the one loader (document-aligned rows
   from a training-mix or curation manifest);
-* :mod:`tokenmill.train.batches` — the trainer's view of it: loader per rank, budget check,
-  validation rows, document ids;
-* :mod:`tokenmill.train.side` — side inputs: prefix targets, legality mask rows, LEM feed;
+* :mod:`tokenmill.train.batches` — the run's data opened once (:func:`open_data`): every
+  loader of the run, the global stream, validation rows, the budget check, document ids;
+* :mod:`tokenmill.train.side` — the side-input interface and side-channel reading;
+  :mod:`tokenmill.train.lemside`, :mod:`tokenmill.train.lemworkers`,
+  :mod:`tokenmill.train.ngramside` — the LEM and n-gram side inputs;
+* :mod:`tokenmill.train.targets` — prefix auxiliary targets and legality mask rows;
 * :mod:`tokenmill.train.model` / :mod:`tokenmill.train.kernels` — the GPT and its Triton
-  kernels, each beside its torch reference;
+  kernels, one module per kernel family beside its torch reference;
 * :mod:`tokenmill.train.checkpoint` — exact-resume checkpoints, rotated;
 * :mod:`tokenmill.train.report` — ``metrics.json``, the summary table, the loss plot;
 * :mod:`tokenmill.train.train` — :func:`~tokenmill.train.train.setup` (a run object) and

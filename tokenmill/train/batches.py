@@ -1,31 +1,40 @@
-"""The trainer's data: one loader for both kinds of manifest, and the validation rows.
+"""The trainer's data, opened once: :func:`open_data` and :class:`TrainData`.
 
-There is one loader, :class:`tokenmill.train.data.MixLoader`: document-aligned rows (each
-starts at a document's EOT token and packs whole documents), one pass over the data in a
-seeded order, no replacement (a source is repeated only where the mix grants it more than
-one epoch). A training-mix manifest (``tokenmill mix build``) is read as built; a curation
-manifest (``tokenmill run``) is read through :meth:`MixLoader.from_curation`, a mix of all its
-sources at their mixture weights for one epoch. Shards are opened through the one verified
-path (:func:`tokenmill.manifests.verify.open_shards`: sha256 against the manifest) unless the
-config says ``verify: false``.
+:func:`open_data` resolves the run's ``data:`` (a training-mix manifest, or a curation
+manifest or its folder), reads it and checks its shards through the one verified path
+(:func:`tokenmill.manifests.verify.open_shards`: presence, headers and, unless ``verify:
+false``, every shard's and sidecar's sha256), once per run. A curation manifest is planned
+into an in-memory training-mix manifest (:func:`tokenmill.train.data.plan_curation`: all its
+sources at their mixture weights, one pass). Everything that reads the data afterwards
+(the trainer, the LEM and n-gram side inputs, validation) asks the :class:`TrainData` it is
+handed, which builds every :class:`~tokenmill.train.data.MixLoader` of the run in one place
+(:meth:`TrainData.loader`) and never reads or hashes the manifest again.
 
-A step's global batch is ``batch_size * world`` rows; rank ``r`` gets rows
-``[r * batch_size, (r + 1) * batch_size)``, so the union over ranks is the single-process
-stream with the same global batch.
+The loader yields document-aligned rows (each starts at a document's EOT token and packs
+whole documents), one pass in a seeded order, no replacement. A step's global batch is
+``rows * world`` rows; rank ``r`` gets rows ``[r * rows, (r + 1) * rows)``, so the union
+over ranks is the single-process stream with the same global batch. The *global stream*
+is that stream's rows of ``seq_len + 1`` tokens back to back (the stream ``tokenmill ngram
+lem`` and ``ngram features`` are aligned with).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
 
-from tokenmill.manifests.verify import manifest_file, read_manifest
+from tokenmill.manifests.mixschema import TrainingMixManifest, mix_identity_sha256
+from tokenmill.manifests.verify import manifest_file, open_shards
 from tokenmill.tokenizers import TokenizerIdentity
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.data import MixLoader
+from tokenmill.train.data import MixLoader, plan_curation
 
 Kind = Literal["curation", "training-mix"]
 
@@ -48,45 +57,152 @@ def data_kind(path: str) -> Kind:
     return "training-mix" if kind == "training-mix" else "curation"
 
 
-def data_tokenizer(path: str) -> TokenizerIdentity:
-    """The tokenizer identity a curation or training-mix manifest records."""
-    return read_manifest(path, data_kind(path))[1].tokenizer
+@dataclass(frozen=True)
+class TrainData:
+    """A run's data after :func:`open_data`: the manifest read and its shards checked.
+
+    Attributes:
+        name: ``data:`` as the config gives it (for messages).
+        manifest_path: the manifest file (``manifest.json`` inside a curation folder).
+        kind: ``"training-mix"`` or ``"curation"``.
+        mix: the training-mix manifest read (as built, or planned over the curation
+            manifest); ``root`` is the folder its shard paths are relative to.
+        tokenizer: the tokenizer identity the manifest records.
+        seq_len: T, tokens per row of inputs (rows hold ``T + 1``).
+        rows: rows per rank per micro-step (the config's ``batch_size``).
+        rank, world: this process's share of every step.
+    """
+
+    name: str
+    manifest_path: Path
+    kind: Kind
+    mix: TrainingMixManifest
+    root: Path
+    tokenizer: TokenizerIdentity
+    seq_len: int
+    rows: int
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def global_rows(self) -> int:
+        """Rows of one global step: ``rows * world``."""
+        return self.rows * self.world
+
+    @property
+    def row_tokens(self) -> int:
+        """Tokens of one row of the global stream: ``seq_len + 1``."""
+        return self.seq_len + 1
+
+    @cached_property
+    def mix_sha256(self) -> str:
+        """The training-mix manifest's identity (its sha256 without the side-channel
+        listing, :func:`~tokenmill.manifests.mixschema.mix_identity_sha256`): what a side
+        channel binds to. Raises ``ValueError`` for curation data (see
+        :meth:`require_mix`)."""
+        self.require_mix("a side channel", ValueError)
+        return mix_identity_sha256(self.manifest_path)
+
+    def require_mix(self, what: str, err: type[ValueError]) -> None:
+        """Refuse curation data where ``what`` needs a training-mix manifest.
+
+        Raises:
+            err: one line naming ``what`` and the manifest.
+        """
+        if self.kind != "training-mix":
+            raise err(f"{what} needs data: to be a training-mix manifest (`tokenmill mix "
+                      f"build`), {self.manifest_path} is a curation manifest")
+
+    def loader(self, split: Literal["train", "val"] = "train", *, rank: int | None = None,
+               world: int | None = None, rows: int | None = None) -> MixLoader:
+        """A :class:`MixLoader` over the data yielding ``int64 [rows, seq_len]`` torch
+        inputs/targets of each global step for ``rank`` of ``world`` (defaults: this
+        process's). Shards were verified when the data was opened; the loader still checks
+        their presence and headers.
+
+        Raises:
+            ShardVerifyError: a shard went missing or was truncated since (naming it).
+        """
+        rank = self.rank if rank is None else rank
+        world = self.world if world is None else world
+        rows = self.rows if rows is None else rows
+        return MixLoader(self.mix, self.seq_len, rows * world, world_size=world, rank=rank,
+                         split=split, output="torch", verify=False, root=self.root)
+
+    def global_batches(self) -> Iterator[np.ndarray]:
+        """The global stream step by step: ``int64 [global_rows, seq_len + 1]`` whole rows
+        of every step in training order (all ranks' rows), until the data ends."""
+        for d in self.loader(rank=0, world=1, rows=self.global_rows):
+            yield torch.cat([d["inputs"], d["targets"][:, -1:]], dim=1).numpy()
+
+    def stream_prefix(self, n_tokens: int) -> np.ndarray:
+        """The first ``n_tokens`` (at most) of the global stream, ``int32 [n]``."""
+        parts, n = [], 0
+        batches = self.global_batches() if n_tokens > 0 else iter(())
+        for rows in batches:
+            parts.append(rows.astype(np.int32).reshape(-1))
+            n += rows.size
+            if n >= n_tokens:
+                break
+        return np.concatenate(parts)[:n_tokens] if parts else np.zeros(0, np.int32)
+
+    def validation_rows(self, val_tokens: int) -> torch.Tensor:
+        """The fixed validation rows ``int64 [Nv, seq_len + 1]``: the first ``Nv = max(1,
+        val_tokens // seq_len)`` document-aligned rows of the val split (all sources' val
+        shards in manifest order, one pass), the same at every evaluation.
+
+        Raises:
+            ValueError: the val split holds no row of ``seq_len + 1`` tokens.
+        """
+        n = max(1, val_tokens // self.seq_len)
+        rows = []
+        for d in self.loader("val", rank=0, world=1, rows=1):
+            rows.append(torch.cat([d["inputs"][0], d["targets"][0, -1:]]))
+            if len(rows) == n:
+                break
+        if not rows:
+            raise ValueError(f"{self.name}: the val split has no row of {self.row_tokens} "
+                             "tokens")
+        return torch.stack(rows).to(torch.int64)
+
+    def check_budget(self, loader: MixLoader, steps: int) -> None:
+        """Refuse a run that needs more loader steps than one pass over the data gives.
+
+        Raises:
+            ValueError: naming the data, its budget and the steps asked for.
+        """
+        if steps > loader.num_steps:
+            raise ValueError(
+                f"{self.name}: the data budget gives {loader.num_steps} steps of "
+                f"{self.global_rows} x {self.row_tokens} tokens (one pass, no replacement); "
+                f"the config asks {steps}: lower steps, or build a mix that grants more "
+                "epochs")
 
 
-def open_loader(cfg: TrainConfig, split: Literal["train", "val"] = "train", rank: int = 0,
-                world: int = 1, batch_size: int | None = None,
-                verify: bool | None = None) -> MixLoader:
-    """The :class:`MixLoader` over ``cfg.data`` for ``split``, yielding this rank's
-    ``int64 [batch_size, seq_len]`` torch inputs/targets of each global step.
-
-    Args:
-        batch_size: rows per rank per step (default ``cfg.batch_size``).
-        verify: check shard sha256s (default ``cfg.verify``); helpers that reopen data the
-            trainer has already verified pass ``False`` (headers are still checked).
+def open_data(cfg: TrainConfig, rank: int = 0, world: int = 1,
+              verify: bool | None = None) -> TrainData:
+    """Open the run's ``cfg.data`` (a training-mix manifest, or a curation manifest or its
+    folder) once for ``rank`` of ``world``: read the manifest and check all its shards
+    (both splits; sha256 unless ``verify`` (default ``cfg.verify``) is false). A curation
+    manifest is planned with ``cfg.seed`` into a one-pass mix of all its sources.
 
     Raises:
-        ShardVerifyError: a shard or the manifest cannot be trusted (one line, the file).
+        FileNotFoundError: no manifest there.
+        ShardVerifyError: the manifest is invalid, or a shard or sidecar is missing,
+            truncated or (``verify``) differs (one line naming the file).
+        ValueError: not a JSON manifest; curation data without a source to read.
     """
-    b = cfg.batch_size if batch_size is None else batch_size
-    kw = dict(seq_len=cfg.seq_len, batch_size=b * world, world_size=world, rank=rank,
-              split=split, output="torch", verify=cfg.verify if verify is None else verify)
-    if data_kind(cfg.data) == "training-mix":
-        return MixLoader(manifest_file(cfg.data), **kw)
-    return MixLoader.from_curation(manifest_file(cfg.data), seed=cfg.seed, epochs=1.0, **kw)
-
-
-def check_budget(loader: MixLoader, cfg: TrainConfig, world: int) -> None:
-    """Refuse a run that needs more steps than one pass over the data gives.
-
-    Raises:
-        ValueError: naming the data, its budget and the steps asked for.
-    """
-    need = cfg.steps * cfg.grad_accum
-    if need > loader.num_steps:
-        raise ValueError(
-            f"{cfg.data}: the data budget gives {loader.num_steps} steps of "
-            f"{cfg.batch_size * world} x {cfg.seq_len + 1} tokens (one pass, no replacement); "
-            f"the config asks {need}: lower steps, or build a mix that grants more epochs")
+    kind = data_kind(cfg.data)
+    opened = open_shards(cfg.data, None, kind=kind,
+                         verify=cfg.verify if verify is None else verify)
+    if kind == "training-mix":
+        mix, root = opened.manifest, opened.root
+    else:
+        mix, root = plan_curation(opened, seed=cfg.seed, epochs=1.0)
+    return TrainData(name=cfg.data, manifest_path=opened.manifest_path, kind=kind, mix=mix,
+                     root=root,
+                     tokenizer=mix.tokenizer, seq_len=cfg.seq_len, rows=cfg.batch_size,
+                     rank=rank, world=world)
 
 
 def doc_ids(cu_seqlens: torch.Tensor | np.ndarray, b: int, t: int) -> torch.Tensor:
@@ -96,23 +212,3 @@ def doc_ids(cu_seqlens: torch.Tensor | np.ndarray, b: int, t: int) -> torch.Tens
     seg = np.zeros(b * t, dtype=np.int32)
     seg[np.asarray(cu_seqlens, dtype=np.int64)[1:-1]] = 1
     return torch.from_numpy(np.cumsum(seg, dtype=np.int32).reshape(b, t))
-
-
-def validation_set(cfg: TrainConfig, verify: bool | None = None) -> torch.Tensor:
-    """The fixed validation rows ``int64 [Nv, seq_len + 1]``: the first ``Nv = max(1,
-    val_tokens // seq_len)`` document-aligned rows of the val split (all sources' val
-    shards in manifest order, one pass), the same at every evaluation.
-
-    Raises:
-        ValueError: the val split holds no row of ``seq_len + 1`` tokens.
-    """
-    n = max(1, cfg.val_tokens // cfg.seq_len)
-    loader = open_loader(cfg, "val", batch_size=1, verify=verify)
-    rows = []
-    for d in loader:
-        rows.append(torch.cat([d["inputs"][0], d["targets"][0, -1:]]))
-        if len(rows) == n:
-            break
-    if not rows:
-        raise ValueError(f"{cfg.data}: the val split has no row of {cfg.seq_len + 1} tokens")
-    return torch.stack(rows).to(torch.int64)

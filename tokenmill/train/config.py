@@ -1,4 +1,4 @@
-"""The training config (:class:`TrainConfig`, a pydantic model) and the learning-rate schedule.
+"""The training config: :class:`TrainConfig`, a pydantic model.
 
 A config file is YAML or JSON with the fields of :class:`TrainConfig`; paths in it are
 relative to the file. A config that fails validation raises :class:`TrainConfigError`, whose
@@ -13,7 +13,6 @@ expected (no pydantic dump, no documentation links)::
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -202,31 +201,3 @@ class TrainConfig(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-ready values (what ``config.json`` and checkpoints hold)."""
         return self.model_dump(mode="json")
-
-
-def prefix_aux_weight_at(step: int, cfg: TrainConfig) -> float:
-    """Weight of the prefix auxiliary loss at optimizer step ``step`` (0-based):
-    ``prefix_aux_weight``, or with ``prefix_aux_schedule: anneal`` that weight times
-    ``1 - step / steps`` (linear to 0 over training, as the NanoGPT speedrun anneals its
-    0.25)."""
-    if cfg.prefix_aux_schedule == "constant":
-        return cfg.prefix_aux_weight
-    return cfg.prefix_aux_weight * max(0.0, 1.0 - step / cfg.steps)
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate for optimizer step ``step`` (0-based): linear warmup, then cosine decay
-    to ``min_lr_frac * lr`` or a trapezoid (constant, then linear decay over the last
-    ``cooldown_frac`` of the steps: warmup-stable-decay, Hägele et al. 2024)."""
-    lo = cfg.lr * cfg.min_lr_frac
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "cosine":
-        span = max(1, cfg.steps - cfg.warmup_steps)
-        frac = min(1.0, (step - cfg.warmup_steps) / span)
-        return lo + 0.5 * (cfg.lr - lo) * (1 + math.cos(math.pi * frac))
-    cool = max(1, int(cfg.steps * cfg.cooldown_frac))
-    start = cfg.steps - cool
-    if step < start:
-        return cfg.lr
-    return cfg.lr - (cfg.lr - lo) * min(1.0, (step - start + 1) / cool)

@@ -87,11 +87,12 @@ from numba import njit
 from tokenmill.manifests.mix import MixSourceSpec, MixSpec, plan_mix
 from tokenmill.manifests.mixschema import TrainingMixManifest
 from tokenmill.manifests.schedule import MixDocuments, MixSchedule, load_documents
-from tokenmill.manifests.verify import open_shards, read_manifest
+from tokenmill.manifests.verify import OpenedShards, open_shards, read_manifest
 
 STATE_VERSION = 1
 
-__all__ = ["STATE_VERSION", "MixDocuments", "MixLoader", "curation_mix", "load_documents"]
+__all__ = ["STATE_VERSION", "MixDocuments", "MixLoader", "curation_mix", "load_documents",
+           "plan_curation"]
 
 
 @njit(cache=True)
@@ -152,7 +153,18 @@ def curation_mix(manifest: str | os.PathLike, seed: int = 0, epochs: float = 1.0
             invalid, or a shard is missing, truncated or (``verify``) differs.
         ValueError: no source has a positive weight and train tokens.
     """
-    opened = open_shards(manifest, None, kind="curation", verify=verify)
+    return plan_curation(open_shards(manifest, None, kind="curation", verify=verify),
+                         seed=seed, epochs=epochs)
+
+
+def plan_curation(opened: OpenedShards, seed: int = 0, epochs: float = 1.0
+                  ) -> tuple[TrainingMixManifest, Path]:
+    """:func:`curation_mix` of a curation manifest already opened (and checked) with
+    :func:`~tokenmill.manifests.verify.open_shards`.
+
+    Raises:
+        ValueError: no source has a positive weight and train tokens.
+    """
     m = opened.manifest
     avail = sum(s.tokens.get("train", 0) for s in m.sources)
     if avail <= 0 or not any(s.mixture_weight > 0 and s.tokens.get("train", 0) > 0

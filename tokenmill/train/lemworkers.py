@@ -1,11 +1,12 @@
 """LEM features computed while training by CPU workers (Ray tasks), chunk by chunk ahead.
 
-:class:`LEMWorkers` is the third LEM source of the trainer (config ``lem_workers: N``), next
-to the side channel made before the run and the online predictor's process: the global
+:class:`LEMWorkers` is the third LEM source of the trainer (config ``lem_workers: N``; a
+:class:`tokenmill.train.side.SideInput`), next to the side channel made before the run and
+the online predictor's process: the global
 training stream (the loader's rows of ``T + 1`` tokens, the stream of ``tokenmill ngram
 lem``) is cut into the independent position-mode chunks of
-:func:`tokenmill.ngram.precompute.plan_chunks` (each with its own history window), and each
-chunk is a Ray task running :func:`tokenmill.ngram.precompute.lem_chunk_position`. The
+:func:`tokenmill.ngram.lem_chunks.plan_chunks` (each with its own history window), and each
+chunk is a Ray task running :func:`tokenmill.ngram.lem_chunks.lem_chunk_position`. The
 trainer submits chunks as it reads the stream, keeps ``ahead`` chunks in flight past the
 one it needs, and waits (``wait_s``, reported as the LEM wait share) only when a chunk is
 not done yet; so training starts after the first (short) chunk, and more workers keep up
@@ -24,42 +25,49 @@ import time
 import numpy as np
 import torch
 
-from tokenmill.ngram.precompute import lem_chunk_position, plan_chunks
+from tokenmill.ngram.lem_chunks import lem_chunk_position, plan_chunks
 from tokenmill.raysession import init_ray
-from tokenmill.train.batches import open_loader
+from tokenmill.train.batches import TrainData
 from tokenmill.train.config import TrainConfig
+from tokenmill.train.lemside import DEFAULT_WINDOW, LEM_NAMES, lem_for_validation
+from tokenmill.train.side import rank_rows, rank_span
 
 
 class LEMWorkers:
     """Position-mode LEM features from Ray tasks that run ahead of the trainer.
 
     Args:
-        cfg: the run (``lem_k``, ``lem_window`` (None: 4 M), ``lem_max_len``,
-            ``lem_workers``, ``lem_chunk_tokens`` (None: ``window / 8``)).
-        rank, world: this rank; the global stream has ``batch_size * world`` rows per step.
-        eot: the EOT/BOS token id.
+        data: the run's data; the global stream has ``global_rows`` rows per step.
+        cfg: the run (``steps``, ``grad_accum``, ``lem_k``, ``lem_window`` (None: 4 M),
+            ``lem_max_len``, ``lem_workers``, ``lem_chunk_tokens`` (None: ``window / 8``)).
         ahead: chunks kept in flight past the one the trainer reads (default ``2 *
             lem_workers``).
 
     ``get(step)`` returns ``(match_len int32 [B, T], candidates int32 [B, T, k])``.
     """
 
-    def __init__(self, cfg: TrainConfig, rank: int, world: int, eot: int,
-                 ahead: int | None = None) -> None:
+    key, names = "lem", LEM_NAMES
+
+    @classmethod
+    def from_config(cls, data: TrainData, cfg: TrainConfig) -> LEMWorkers | None:
+        """The workers when ``lem: true`` and ``lem_workers`` is set."""
+        return cls(data, cfg) if cfg.lem and cfg.lem_workers else None
+
+    def __init__(self, data: TrainData, cfg: TrainConfig, ahead: int | None = None) -> None:
         import ray
 
-        self.B, self.Bg, self.T, self.rank = cfg.batch_size, cfg.batch_size * world, \
-            cfg.seq_len, rank
-        self.w = cfg.seq_len + 1
-        n = cfg.steps * cfg.grad_accum * self.Bg * self.w
-        self.window = cfg.lem_window or 4_000_000
+        self.data = data
+        self.w = data.row_tokens
+        n = cfg.steps * cfg.grad_accum * data.global_rows * self.w
+        self.window = cfg.lem_window or DEFAULT_WINDOW
         size = cfg.lem_chunk_tokens or max(self.w, self.window // 8)
         self.chunks = plan_chunks(n, window=self.window, chunk_tokens=size)
         self.los = np.array([c[1] for c in self.chunks] + [n], np.int64)
-        self.kw = {"k": cfg.lem_k, "eot": int(eot), "max_len": cfg.lem_max_len}
+        self.kw = {"k": cfg.lem_k, "eot": int(data.tokenizer.eot_token),
+                   "max_len": cfg.lem_max_len}
         self.stream = np.empty(n, np.int32)
         self.read_to = 0
-        self.loader = open_loader(cfg, "train", 0, 1, batch_size=self.Bg, verify=False)
+        self.batches = data.global_batches()
         self.ahead = ahead or 2 * cfg.lem_workers
         self.started = init_ray(None, cfg.lem_workers)
         self.task = ray.remote(num_cpus=1, max_retries=3)(lem_chunk_position)
@@ -71,8 +79,7 @@ class LEMWorkers:
 
     def _read_stream(self, hi: int) -> None:
         while self.read_to < hi:
-            d = self.loader.next_batch()
-            rows = torch.cat([d["inputs"], d["targets"][:, -1:]], dim=1).numpy()
+            rows = next(self.batches)
             self.stream[self.read_to:self.read_to + rows.size] = rows.reshape(-1)
             self.read_to += rows.size
 
@@ -96,7 +103,8 @@ class LEMWorkers:
 
     def skip_to(self, step: int) -> None:
         """Start at ``step`` after a resume: chunks before it are never computed."""
-        c = int(np.searchsorted(self.los, step * self.Bg * self.w, side="right")) - 1
+        c = int(np.searchsorted(self.los, step * self.data.global_rows * self.w,
+                                side="right")) - 1
         if c > self.next_chunk:
             for i in list(self.refs):
                 del self.refs[i]
@@ -108,8 +116,7 @@ class LEMWorkers:
         """This rank's features of the loader's global step ``step``; the call's time
         (reading the stream ahead, submitting, waiting for chunks) adds to ``wait_s``."""
         t0 = time.perf_counter()
-        row0 = step * self.Bg + self.rank * self.B
-        lo, hi = row0 * self.w, (row0 + self.B) * self.w
+        lo, hi = rank_span(self.data, step)
         ca = int(np.searchsorted(self.los, lo, side="right")) - 1
         cb = int(np.searchsorted(self.los, hi - 1, side="right")) - 1
         self._submit_to(cb + self.ahead)
@@ -125,15 +132,20 @@ class LEMWorkers:
         self.step = step + 1
         self.lag_sum += self.lag
         self.lag_n += 1
-        out = (torch.from_numpy(np.ascontiguousarray(ml.reshape(self.B, self.w)[:, :self.T])),
-               torch.from_numpy(np.ascontiguousarray(nt.reshape(self.B, self.w, -1)[:, :self.T])))
+        out = rank_rows(self.data, ml), rank_rows(self.data, nt)
         self.wait_s += time.perf_counter() - t0
         return out
+
+    def for_validation(self, val: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`~tokenmill.train.lemside.lem_for_validation` with the workers' window and
+        ``max_len``."""
+        return lem_for_validation(self.data, val, k=self.kw["k"], window=self.window,
+                                  max_len=self.kw["max_len"])
 
     @property
     def lag(self) -> int:
         """Steps of the stream submitted (done or in flight) past the trainer's."""
-        return int(self.los[self.next_chunk] // (self.Bg * self.w)) - self.step
+        return int(self.los[self.next_chunk] // (self.data.global_rows * self.w)) - self.step
 
     @property
     def mean_lag(self) -> float:

@@ -5,16 +5,18 @@ nanoGPT's ``train.py``: :func:`setup` builds a :class:`Run` (device, data, model
 side inputs, restored state), and :func:`training_loop` reads top to bottom: learning rate,
 forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint.
 
-* data: the one loader (:mod:`tokenmill.train.batches`): document-aligned rows, one pass
-  over a training-mix manifest or a curation manifest, no replacement, shards verified;
-* side inputs (:mod:`tokenmill.train.side`): the prefix auxiliary target, the LEM feature
+* data, opened once (:func:`tokenmill.train.batches.open_data`: the manifest read and its
+  shards verified): document-aligned rows, one pass over a training-mix manifest or a
+  curation manifest, no replacement;
+* side inputs, one interface (:class:`tokenmill.train.side.SideInput`): the LEM feature
   (position mode, from the global stream, so the same for any number of ranks: read from a
   side channel made before the run with ``tokenmill ngram lem`` (``lem_features``), from
   Ray CPU workers running ahead chunk by chunk (``lem_workers``,
   :mod:`tokenmill.train.lemworkers`), or from the online longest-exact-match predictor in
-  its own process), the n-gram model's top-m candidates and log-probabilities
-  (``ngram_features``, :mod:`tokenmill.train.ngramside`: an input feature and a gated sparse
-  logit bias in the fused cross-entropy), and the legality mask at evaluation;
+  its own process, :mod:`tokenmill.train.lemside`), the n-gram model's top-m candidates and
+  log-probabilities (``ngram_features``, :mod:`tokenmill.train.ngramside`: an input feature
+  and a gated sparse logit bias in the fused cross-entropy); beside them the prefix
+  auxiliary target and the legality mask at evaluation (:mod:`tokenmill.train.targets`);
 * AdamW with a cosine or trapezoid (warmup-stable-decay) schedule, gradient clipping, bf16
   autocast on GPU and fp32 on CPU;
 * periodic validation on fixed val rows, with and without the legality mask (and the count
@@ -57,6 +59,7 @@ losses (nats/token).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -70,39 +73,61 @@ import torch
 from tqdm import tqdm
 
 from tokenmill.atomic import atomic_write_text
-from tokenmill.tokenizers import TokenizerIdentity
-from tokenmill.train.batches import (
-    check_budget,
-    data_tokenizer,
-    doc_ids,
-    open_loader,
-    validation_set,
-)
+from tokenmill.train.batches import TrainData, doc_ids, open_data
 from tokenmill.train.checkpoint import (
     checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from tokenmill.train.config import TrainConfig, lr_at, prefix_aux_weight_at
+from tokenmill.train.config import TrainConfig
 from tokenmill.train.data import MixLoader
 from tokenmill.train.kernels import fused_cross_entropy, masked_target_count
+from tokenmill.train.lemside import LEMFeed, LEMSideChannel
 from tokenmill.train.lemworkers import LEMWorkers
 from tokenmill.train.model import GPT, GPTConfig
-from tokenmill.train.ngramside import NgramSideChannel, ngram_for_validation
+from tokenmill.train.ngramside import NgramSideChannel
 from tokenmill.train.report import RunResult, plot_losses, summary_table
-from tokenmill.train.side import (
-    LEMFeed,
-    LEMSideChannel,
-    lem_for_validation,
-    load_mask_bits,
-    prefix_array,
-)
+from tokenmill.train.side import SideInput, SideInputKind
+from tokenmill.train.targets import load_mask_bits, prefix_array
 
 __all__ = ["Run", "RunResult", "TrainConfig", "evaluate", "latest_checkpoint", "lr_at",
            "setup", "train", "training_loop"]
 
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4090": 165e12}
+
+
+# ----------------------------------------------------------------------------------------------
+# schedules
+# ----------------------------------------------------------------------------------------------
+
+
+def prefix_aux_weight_at(step: int, cfg: TrainConfig) -> float:
+    """Weight of the prefix auxiliary loss at optimizer step ``step`` (0-based):
+    ``prefix_aux_weight``, or with ``prefix_aux_schedule: anneal`` that weight times
+    ``1 - step / steps`` (linear to 0 over training, as the NanoGPT speedrun anneals its
+    0.25)."""
+    if cfg.prefix_aux_schedule == "constant":
+        return cfg.prefix_aux_weight
+    return cfg.prefix_aux_weight * max(0.0, 1.0 - step / cfg.steps)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup, then cosine decay
+    to ``min_lr_frac * lr`` or a trapezoid (constant, then linear decay over the last
+    ``cooldown_frac`` of the steps: warmup-stable-decay, Hägele et al. 2024)."""
+    lo = cfg.lr * cfg.min_lr_frac
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "cosine":
+        span = max(1, cfg.steps - cfg.warmup_steps)
+        frac = min(1.0, (step - cfg.warmup_steps) / span)
+        return lo + 0.5 * (cfg.lr - lo) * (1 + math.cos(math.pi * frac))
+    cool = max(1, int(cfg.steps * cfg.cooldown_frac))
+    start = cfg.steps - cool
+    if step < start:
+        return cfg.lr
+    return cfg.lr - (cfg.lr - lo) * min(1.0, (step - start + 1) / cool)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -114,29 +139,30 @@ PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4
 class Run:
     """A run set up by :func:`setup`: what :func:`training_loop` reads and updates.
 
-    ``model`` is the bare module (checkpoints, evaluation); ``net`` is what the loop calls
-    (``model`` compiled and/or wrapped in DDP). ``step`` is the number of optimizer steps
-    done; ``history`` / ``aux_history`` hold ``(step, loss)`` of the optimized loss and of
-    its weighted prefix auxiliary term; ``val_hist`` one dict per evaluation.
+    ``data`` is the run's opened data and ``loader`` this rank's train loader over it; ``val``
+    the fixed validation rows. ``side`` holds the side inputs by name (``"lem"``, ``"ngram"``)
+    and ``val_side`` their validation features by model keyword. ``model`` is the bare module
+    (checkpoints, evaluation); ``net`` is what the loop calls (``model`` compiled and/or wrapped
+    in DDP); ``flops_per_token`` its training FLOPs per token (for MFU). ``step`` is the number
+    of optimizer steps done; ``history`` / ``aux_history`` hold ``(step, loss)`` of the
+    optimized loss and of its weighted prefix auxiliary term; ``val_hist`` one dict per
+    evaluation.
     """
 
     cfg: TrainConfig
     device: torch.device
-    rank: int
-    world: int
-    ident: TokenizerIdentity
+    data: TrainData
     loader: MixLoader
     val: torch.Tensor
     model: GPT
     net: torch.nn.Module
     opt: torch.optim.Optimizer
     autocast: Callable[[], AbstractContextManager]
+    flops_per_token: float
     mask_bits: torch.Tensor | None = None
     prefix: torch.Tensor | None = None
-    lem_feed: LEMFeed | LEMSideChannel | LEMWorkers | None = None
-    val_lem: tuple[np.ndarray, np.ndarray] | None = None
-    ngram_feed: NgramSideChannel | None = None
-    val_ngram: tuple[np.ndarray, np.ndarray] | None = None
+    side: dict[str, SideInput] = field(default_factory=dict)
+    val_side: dict[str, np.ndarray] = field(default_factory=dict)
     step: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)
     aux_history: list[tuple[int, float]] = field(default_factory=list)
@@ -147,12 +173,33 @@ class Run:
         return Path(self.cfg.out_dir)
 
     @property
+    def rank(self) -> int:
+        return self.data.rank
+
+    @property
+    def world(self) -> int:
+        return self.data.world
+
+    @property
     def master(self) -> bool:
         return self.rank == 0
 
     @property
     def ddp(self) -> bool:
         return self.world > 1
+
+    @property
+    def lem(self) -> SideInput | None:
+        """The LEM side input, if the run has one."""
+        return self.side.get("lem")
+
+    def add_side(self, name: str, feed: SideInput) -> None:
+        """Read ``feed`` from now on (resumed at :attr:`step`) and make its validation
+        features when the run evaluates."""
+        self.side[name] = feed
+        feed.skip_to(self.step)
+        if self.cfg.val_every > 0:
+            self.val_side.update(zip(feed.names, feed.for_validation(self.val), strict=True))
 
     @property
     def tokens_per_step(self) -> int:
@@ -171,12 +218,9 @@ class Run:
         if self.prefix is not None:
             kw.update(aux_targets=self.prefix[y],
                       aux_weight=prefix_aux_weight_at(self.step, self.cfg))
-        if self.lem_feed is not None:  # by the loader's global step: resume, ranks, accum
-            ml, cand = self.lem_feed.get(int(d["step"]))
-            kw.update(lem_len=ml.to(self.device), lem_cand=cand.to(self.device))
-        if self.ngram_feed is not None:
-            cand, logp = self.ngram_feed.get(int(d["step"]))
-            kw.update(ngram_cand=cand.to(self.device), ngram_logp=logp.to(self.device))
+        for feed in self.side.values():  # by the loader's global step: resume, ranks, accum
+            kw.update(zip(feed.names, (t.to(self.device) for t in feed.get(int(d["step"]))),
+                          strict=True))
         return x, y, kw
 
     def no_sync(self, micro: int) -> AbstractContextManager:
@@ -195,7 +239,7 @@ class Run:
     def evaluate(self) -> dict[str, float]:
         """Validation losses now (see :func:`evaluate`)."""
         return evaluate(self.model, self.val, self.device, self.cfg.batch_size,
-                        self.autocast, self.mask_bits, self.val_lem, self.val_ngram)
+                        self.autocast, self.mask_bits, self.val_side)
 
     def save(self) -> Path:
         """Write the checkpoint of the current step (rank 0), keeping the newest
@@ -214,9 +258,9 @@ class Run:
         return path
 
     def close(self) -> None:
-        """Stop the LEM source (predictor process, Ray workers), if any."""
-        if self.lem_feed is not None:
-            self.lem_feed.close()
+        """Stop the side inputs' producers (predictor process, Ray workers), if any."""
+        for feed in self.side.values():
+            feed.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,14 +287,14 @@ def device_type(cfg: TrainConfig) -> str:
     return cfg.device
 
 
-def init_device(cfg: TrainConfig) -> tuple[torch.device, int, int]:
-    """The device of this process, its rank and the world size (``torchrun``'s ``RANK``,
-    ``WORLD_SIZE``, ``LOCAL_RANK``); joins the process group when there are several ranks.
+def init_device(cfg: TrainConfig) -> torch.device:
+    """The device of this process (``torchrun``'s ``LOCAL_RANK``); joins the process group
+    when there are several ranks (``WORLD_SIZE``).
 
     Raises:
         RuntimeError: ``device: cuda`` on a machine without CUDA (one line).
     """
-    rank, world, local_rank = _dist_env()
+    _, world, local_rank = _dist_env()
     dev_type = device_type(cfg)
     device = torch.device(dev_type, local_rank) if dev_type == "cuda" else torch.device("cpu")
     if dev_type == "cuda":
@@ -261,7 +305,7 @@ def init_device(cfg: TrainConfig) -> tuple[torch.device, int, int]:
         torch.set_num_threads(cfg.num_threads)
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("nccl" if dev_type == "cuda" else "gloo")
-    return device, rank, world
+    return device
 
 
 def device_name(device: torch.device, world: int) -> str:
@@ -308,90 +352,82 @@ def _wrap(model: GPT, cfg: TrainConfig, device: torch.device, world: int) -> tor
     return net
 
 
-def _build(cfg: TrainConfig, ident: TokenizerIdentity, resume: bool) -> Run:
-    """Device and process group, data, side inputs, model and optimizer, restored state."""
-    device, rank, world = init_device(cfg)
-    if rank == 0 and not cfg.verify:
-        print("shard verification is off (verify: false / --no-verify)")
-    loader = open_loader(cfg, "train", rank, world)
-    check_budget(loader, cfg, world)
-    val = validation_set(cfg)
-    ngram = (NgramSideChannel(cfg.ngram_features, cfg, rank, world, verify=cfg.verify)
-             if cfg.ngram_features is not None else None)
+#: every kind of side input (:class:`~tokenmill.train.side.SideInputKind`); the config
+#: selects at most one of each key
+SIDE_INPUTS: tuple[SideInputKind, ...] = (LEMSideChannel, LEMFeed, LEMWorkers, NgramSideChannel)
+
+
+def open_side_inputs(data: TrainData, cfg: TrainConfig) -> dict[str, SideInput]:
+    """The side inputs ``cfg`` asks for, by key; those opened are closed again if another
+    fails."""
+    side: dict[str, SideInput] = {}
+    try:
+        for kind in SIDE_INPUTS:
+            feed = kind.from_config(data, cfg)
+            if feed is not None:
+                side[kind.key] = feed
+    except BaseException:
+        for feed in side.values():
+            feed.close()
+        raise
+    return side
+
+
+def _build(cfg: TrainConfig, data: TrainData, loader: MixLoader,
+           side: dict[str, SideInput], resume: bool) -> Run:
+    """Device and process group, the validation rows, model and optimizer (the same seed on
+    every rank), targets and masks beside the tokens, with ``resume`` the newest
+    checkpoint's state, then the side inputs (continued at the run's step)."""
+    device = init_device(cfg)
+    val = data.validation_rows(cfg.val_tokens)
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
-    mcfg = GPTConfig.preset(cfg.model, vocab_size=ident.n_vocab, max_seq_len=cfg.seq_len,
+    n_vocab, ngram = data.tokenizer.n_vocab, side.get("ngram")
+    mcfg = GPTConfig.preset(cfg.model, vocab_size=n_vocab, max_seq_len=cfg.seq_len,
                             lem=cfg.lem, lem_k=cfg.lem_k, ngram=ngram is not None,
                             ngram_m=ngram.m if ngram is not None else 8,
                             **cfg.model_overrides)
     model = GPT(mcfg).to(device)
     opt = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
+    flops = model.flops_per_token(cfg.seq_len)
     autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
                 else nullcontext)
-    run = Run(cfg, device, rank, world, ident, loader, val, model, model, opt, autocast)
-    if ngram is not None:
-        run.ngram_feed = ngram
-        if cfg.val_every > 0:
-            run.val_ngram = ngram_for_validation(cfg, val, ngram, world, verify=cfg.verify)
+    run = Run(cfg, device, data, loader, val, model, model, opt, autocast, flops)
     if cfg.legality:
-        run.mask_bits = load_mask_bits(cfg.legality, ident.n_vocab, ident.name).to(device)
+        run.mask_bits = load_mask_bits(cfg.legality, n_vocab, data.tokenizer.name).to(device)
     if cfg.prefix_aux_weight > 0:
-        run.prefix = torch.from_numpy(prefix_array(ident.name)).long().to(device)
+        run.prefix = torch.from_numpy(prefix_array(data.tokenizer.name)).long().to(device)
     if resume:
         _restore(run)
-    run.net = _wrap(model, cfg, device, world)
+    for name, feed in side.items():
+        run.add_side(name, feed)
+    run.net = _wrap(model, cfg, device, data.world)
     return run
 
 
-def _lem_feed(cfg: TrainConfig, rank: int, world: int,
-              eot: int) -> LEMFeed | LEMSideChannel | None:
-    """The LEM source built before the model: the side channel (checked: mix sha256,
-    geometry, every file's sha256 unless ``verify: false``), or the online predictor's
-    process, or none (no LEM, or Ray workers: started once the budget is checked)."""
-    if not cfg.lem or cfg.lem_workers:
-        return None
-    if cfg.lem_features is not None:
-        return LEMSideChannel(cfg.lem_features, cfg, rank, world, verify=cfg.verify)
-    return LEMFeed(cfg, rank, world, eot)
-
-
-def _val_lem(run: Run, eot: int) -> tuple[np.ndarray, np.ndarray]:
-    """Validation LEM features in the training features' mode and settings (position mode;
-    the side channel's window, max_len and length saturation, or the online predictor's)."""
-    cfg, feed = run.cfg, run.lem_feed
-    if isinstance(feed, LEMSideChannel):
-        return lem_for_validation(cfg, run.val, eot, k=cfg.lem_k, window=int(feed.meta["window"]),
-                                  max_len=int(feed.meta["max_len"]), world=run.world,
-                                  len_cap=feed.len_cap)
-    return lem_for_validation(cfg, run.val, eot, k=cfg.lem_k, window=cfg.lem_window or 4_000_000,
-                              max_len=cfg.lem_max_len, world=run.world)
-
-
 def setup(cfg: TrainConfig, resume: bool = False) -> Run:
-    """Build a :class:`Run`: the LEM side channel (checked) or the LEM predictor's process
-    (forked first, before CUDA is initialised), device and process group, the train loader
-    (budget checked) and validation rows, side inputs, model and optimizer (same seed on
-    every rank), and with ``resume`` the state of the newest checkpoint (the predictor
-    replays up to its step).
+    """Build a :class:`Run`: the data opened once (manifest read, shards verified), this
+    rank's train loader (budget checked), the side inputs (side channels checked; the LEM
+    predictor's process forked before CUDA is initialised), device and process group,
+    validation rows, model and optimizer (same seed on every rank), and with ``resume`` the
+    state of the newest checkpoint (side inputs continue at its step).
 
     Raises:
-        ValueError: bad data (names the file), a budget too small for ``steps``, or
-            ``resume`` without a checkpoint.
+        ValueError: bad data or side channel (names the file), a budget too small for
+            ``steps``, or ``resume`` without a checkpoint.
         RuntimeError: ``device: cuda`` without CUDA.
     """
     device_type(cfg)  # before any work
     rank, world, _ = _dist_env()
-    ident = data_tokenizer(cfg.data)
-    feed = _lem_feed(cfg, rank, world, ident.eot_token)
+    if rank == 0 and not cfg.verify:
+        print("shard verification is off (verify: false / --no-verify)")
+    data = open_data(cfg, rank, world)
+    loader = data.loader()
+    data.check_budget(loader, cfg.steps * cfg.grad_accum)
+    side = open_side_inputs(data, cfg)
     try:
-        run = _build(cfg, ident, resume)
-        if cfg.lem and cfg.lem_workers:
-            feed = LEMWorkers(cfg, rank, world, ident.eot_token)
-        if feed is not None:
-            run.lem_feed = feed
-            feed.skip_to(run.step)
-            run.val_lem = _val_lem(run, ident.eot_token)
+        run = _build(cfg, data, loader, side, resume)
     except BaseException:
-        if feed is not None:
+        for feed in side.values():
             feed.close()
         raise
     if run.master:
@@ -427,27 +463,21 @@ def evaluate(
     batch_size: int,
     autocast: Callable[[], AbstractContextManager],
     mask_bits: torch.Tensor | None = None,
-    lem: tuple[np.ndarray, np.ndarray] | None = None,
-    ngram: tuple[np.ndarray, np.ndarray] | None = None,
+    side: dict[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
     """Mean validation loss (nats/token) of ``val`` (``int64 [Nv, T + 1]`` rows) and, with
     ``mask_bits``, the loss renormalised over the tokens the legality table allows after
     each previous token (``val_loss_masked``) and the number of val targets the table marks
-    impossible (``masked_targets``, 0 for a sound table). ``lem`` / ``ngram``: the side
-    inputs of the rows (``[Nv, T]`` / ``[Nv, T, k]`` arrays), when the model takes them."""
+    impossible (``masked_targets``, 0 for a sound table). ``side``: the side inputs of the
+    rows by model keyword (``[Nv, T]`` / ``[Nv, T, k]`` arrays), when the model takes them."""
     was = model.training
     model.eval()
     tot, tot_m, n, bad = 0.0, 0.0, 0, 0
     for i in range(0, val.shape[0], batch_size):
         seq = val[i : i + batch_size].to(device)
         x, y = seq[:, :-1], seq[:, 1:]
-        kw = {}
-        if lem is not None:
-            kw = dict(lem_len=torch.as_tensor(lem[0][i : i + batch_size]).to(device),
-                      lem_cand=torch.as_tensor(lem[1][i : i + batch_size]).to(device))
-        if ngram is not None:
-            kw.update(ngram_cand=torch.as_tensor(ngram[0][i : i + batch_size]).to(device),
-                      ngram_logp=torch.as_tensor(ngram[1][i : i + batch_size]).to(device))
+        kw = {name: torch.as_tensor(a[i : i + batch_size]).to(device)
+              for name, a in (side or {}).items()}
         with autocast():
             logits = model(x, **kw).reshape(-1, model.cfg.vocab_size)  # one forward for both
             tgt, prev = y.reshape(-1), x.reshape(-1)
@@ -496,8 +526,8 @@ def _log_step(bar: tqdm | None, run: Run, lr: float, loss: float, dt: float) -> 
         return
     post = {"loss": f"{loss:.3f}", "lr": f"{lr:.2e}",
             "tok/s": f"{run.tokens_per_step / max(dt, 1e-9):,.0f}"}
-    if run.lem_feed is not None:
-        post["lem_lag"] = run.lem_feed.lag  # steps the LEM predictor is ahead (0 = waiting)
+    if run.lem is not None:
+        post["lem_lag"] = run.lem.lag  # steps the LEM predictor is ahead (0 = waiting)
     bar.set_postfix(post)
     bar.update(1)
 
@@ -569,8 +599,8 @@ def finish(run: Run, timer: StepTimer, checkpoint: Path, stopped: bool) -> RunRe
     cfg = run.cfg
     tps = timer.tokens_per_s(run.tokens_per_step)
     peak = peak_flops(run.device, cfg) * run.world
-    mfu = run.model.flops_per_token(cfg.seq_len) * tps / peak if peak else float("nan")
-    feed = run.lem_feed
+    mfu = run.flops_per_token * tps / peak if peak else float("nan")
+    feed = run.lem
     result = RunResult(
         out_dir=str(run.out), steps_done=run.step, train_loss=run.history, val=run.val_hist,
         tokens_per_s=tps, lem_wait_frac=feed.wait_s / timer.t_all if feed and timer.t_all else 0.0,

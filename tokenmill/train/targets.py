@@ -1,0 +1,71 @@
+"""Targets and masks beside the tokens: the prefix auxiliary target and legality mask rows.
+
+* prefix auxiliary target: the longest proper token prefix of each target
+  (:class:`tokenmill.tokenizers.prefix.PrefixMap`), trained with a weighted second
+  cross-entropy term (partial credit for a prefix of the right token);
+* legality mask: packed rows of the tokenizer's possible (previous, next) pairs from a saved
+  :class:`tokenmill.tokenizers.legality.LegalityTable` (polarity read from its header), used
+  at evaluation only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tokenmill.tokenizers.legality import LegalityTable
+from tokenmill.tokenizers.prefix import PrefixMap
+
+
+def prefix_array(encoding_name: str) -> np.ndarray:
+    """``int32 [n_vocab]``: the longest proper token prefix of each token, -1 if none
+    (:class:`tokenmill.tokenizers.prefix.PrefixMap`), used as the auxiliary target."""
+    return np.asarray(PrefixMap.build(encoding_name).parent, dtype=np.int32)
+
+
+def load_mask_bits(path: str, n_vocab: int, encoding_name: str | None = None) -> torch.Tensor:
+    """Packed legality rows ``uint8 [n_vocab, ceil(n_vocab/8)]`` (LSB-first, 1 = possible) of
+    a saved :class:`~tokenmill.tokenizers.legality.LegalityTable` file or folder.
+
+    Every file goes through :meth:`LegalityTable.load`, which reads what a set bit means from
+    the file's own header: tokenmill's tables (1 = possible) are used as they are, an export
+    in modded-nanogpt's forbidden-pair polarity (``tokenmill legality export --format
+    modded-nanogpt``) is inverted, and a file that does not state its polarity (a bare
+    ``.npy`` mask) is refused, never guessed.
+
+    Raises:
+        LegalityFormatError: not a table file, or a header without polarity (a ValueError).
+        TokenizerMismatchError: the table is another tokenizer's (``encoding_name``).
+        ValueError: the rows do not cover the vocabulary.
+    """
+    table = LegalityTable.load(Path(path), encoding=encoding_name)
+    bits = np.array(table.packed, dtype=np.uint8, order="C")  # a writable in-memory copy
+    need = (n_vocab + 7) // 8
+    if bits.ndim != 2 or bits.shape[0] < n_vocab or bits.shape[1] < need:
+        raise ValueError(
+            f"{path}: legality rows have shape {bits.shape}, need at least ({n_vocab}, {need})"
+        )
+    return torch.from_numpy(bits)
+
+
+def save_rows_table(encoding_name: str, prev_ids: np.ndarray, path: str | Path) -> Path:
+    """Build the legality rows of just the previous tokens ``prev_ids`` (``int [N]``) and save
+    them as a full table file (tokenmill's header, 1 = possible) whose other rows allow every
+    next token: sound (never masks a possible pair) and quick for masked validation on a
+    small set, where only the validation inputs' rows are ever read.
+
+    Returns:
+        the file written (:meth:`LegalityTable.save` naming, atomic).
+    """
+    rows = np.unique(np.asarray(prev_ids, dtype=np.int64))
+    part = LegalityTable.build(encoding_name, rows=rows)
+    V = part.n_vocab
+    bits = np.full((V, part.row_bytes), 0xFF, dtype=np.uint8)
+    if V % 8:
+        bits[:, -1] = np.uint8((1 << (V % 8)) - 1)
+    bits[rows] = np.asarray(part.packed)
+    meta = {**part.meta, "rows_built": int(len(rows)),
+            "other_rows": "every next token possible (not built)"}
+    return LegalityTable(part.identity, bits, meta).save(path)
