@@ -156,8 +156,8 @@ def export_mix(
     files, sources, streams = [], {}, {}
     for stream in split_streams(opened, splits, settings):
         digest = StreamDigest()
-        files += writer.write_split(stream.split,
-                                    _digested(stream.chunks(shard_tokens), digest), log)
+        chunks = stream.chunks(shard_tokens, getattr(writer, "align_rows", False))
+        files += writer.write_split(stream.split, _digested(chunks, digest), log)
         streams[stream.split] = digest.as_dict()
         if stream.split == "train":
             sources = per_source(m, stream.pieces)

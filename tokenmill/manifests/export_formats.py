@@ -123,7 +123,11 @@ def olmo_table_bytes(ch: Chunk) -> bytes:
 
 
 class OlmoWriter:
-    """``DIR/{split}/part-{c:05d}.npy`` + ``.csv.gz`` per chunk (module docstring)."""
+    """``DIR/{split}/part-{c:05d}.npy`` + ``.csv.gz`` per chunk (module docstring). Train
+    files hold whole loader rows, so that OLMo's fixed-length instances of ``seq_len + 1``
+    tokens (each file is cut on its own) are the loader's rows."""
+
+    align_rows = True
 
     def __init__(self, out: Path, m: TrainingMixManifest, settings: LoaderSettings) -> None:
         self.out, self.dtype = out, olmo_dtype(m.tokenizer.n_vocab)

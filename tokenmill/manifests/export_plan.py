@@ -209,29 +209,31 @@ class SplitStream:
     names: list[str]
     eot: int
 
-    row_tokens: int | None = None  # packed: every sequence is a row of this many tokens
+    row_tokens: int | None = None  # the loader's row length, when the pieces fill rows
+    packed: bool = False  # one sequence per row instead of one per piece
 
     def _row_starts(self) -> np.ndarray:
-        """Index of the piece opening each row (packed), int64 [n_rows + 1] with the end."""
+        """Index of the piece opening each row, int64 [n_rows + 1] with the end."""
         ends = np.cumsum(self.pieces.tokens)
         starts = np.concatenate([[0], ends[:-1]])
         return np.append(np.flatnonzero(starts % self.row_tokens == 0), len(ends))
 
-    def runs(self, shard_tokens: int) -> list[slice]:
-        """Sequence-aligned runs of pieces of at most ``shard_tokens`` tokens."""
-        if self.row_tokens is None:
+    def runs(self, shard_tokens: int, align_rows: bool = False) -> list[slice]:
+        """Sequence-aligned runs of pieces of at most ``shard_tokens`` tokens; with
+        ``align_rows`` (always when packed) runs hold whole loader rows."""
+        if self.row_tokens is None or not (align_rows or self.packed):
             return chunk_runs(self.pieces.tokens, shard_tokens)
         first = self._row_starts()
         rows = chunk_runs(np.full(len(first) - 1, self.row_tokens), shard_tokens)
         return [slice(int(first[r.start]), int(first[r.stop])) for r in rows]
 
-    def chunks(self, shard_tokens: int) -> Iterator[Chunk]:
+    def chunks(self, shard_tokens: int, align_rows: bool = False) -> Iterator[Chunk]:
         """The split's sequences, ``shard_tokens`` tokens at most per chunk; packed, each
         row names the document, source and doc_offset of its first piece."""
         keys = self.docs.keys()
-        for run in self.runs(shard_tokens):
+        for run in self.runs(shard_tokens, align_rows):
             ch = materialize(self.pieces, run, self.docs, self.names, keys, self.eot)
-            if self.row_tokens is not None:
+            if self.packed:
                 opens = np.flatnonzero(ch.offsets % self.row_tokens == 0).tolist()
                 ch = Chunk(tokens=ch.tokens,
                            lengths=np.full(len(opens), self.row_tokens, np.int64),
@@ -250,7 +252,9 @@ def split_streams(opened: OpenedShards, splits: tuple[str, ...], settings: Loade
         docs = load_documents(m, Path(opened.root), split, verify=False)  # checked on open
         yield SplitStream(split=split, pieces=split_pieces(m, docs, split, settings),
                           docs=docs, names=names, eot=int(m.tokenizer.eot_token),
-                          row_tokens=settings.seq_len + 1 if settings.packed else None)
+                          row_tokens=settings.seq_len + 1
+                          if split == "train" or settings.packed else None,
+                          packed=settings.packed)
 
 
 def per_source(m: TrainingMixManifest, pieces: Pieces) -> dict[str, dict]:
