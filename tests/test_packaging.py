@@ -8,6 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from packaging.version import Version
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Run Python with torch and triton unimportable, as after a plain `pip install tokenmill`
@@ -71,3 +73,19 @@ def test_license_file_and_field():
     text = (REPO / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text and len(text.splitlines()) > 190
+
+
+def test_lower_bounds_file_pins_every_dependency_at_its_bound():
+    """tests/lower_bounds.txt (the install the bounds were checked on) is the bounds."""
+    pins = {}
+    for line in (REPO / "tests" / "lower_bounds.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    bounds = {}
+    for d in _project()["dependencies"]:
+        name, version = d.split(">=")
+        bounds[name.split("[")[0].lower().replace("_", "-")] = version
+    assert set(pins) == set(bounds)
+    for name, bound in bounds.items():
+        assert Version(pins[name]) == Version(bound), (name, bound, pins[name])
