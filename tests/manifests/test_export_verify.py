@@ -125,3 +125,31 @@ def test_verify_of_a_folder_without_an_export(tmp_path):
     r = run_cli("export", "verify", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("tokenmill: ")
     assert "export.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_exports_are_deterministic_and_a_smaller_one_leaves_no_stale_file(exports, tmp_path):
+    mix, tmp = exports
+    for fmt in ("megatron", "olmo", "hf"):
+        out = _copy(tmp / fmt, tmp_path / fmt)
+        r = run_cli("shards", "export", "--format", fmt, str(mix), "-o", str(out),
+                    "--shard-tokens", "60000")
+        assert r.returncode == 0, r.stderr
+        for p in sorted((tmp / fmt).rglob("*")):
+            if p.is_file():
+                assert (out / p.relative_to(tmp / fmt)).read_bytes() == p.read_bytes(), p
+    # fewer, larger files into the same folder: the old parts go, verify finds nothing else
+    out = tmp_path / "olmo"
+    r = run_cli("shards", "export", "--format", "olmo", str(mix), "-o", str(out))
+    assert r.returncode == 0 and "removed" in r.stdout
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["part-00000.csv.gz",
+                                                                  "part-00000.npy"]
+    assert run_cli("export", "verify", str(out), "--mix", str(mix)).returncode == 0
+
+
+def test_verify_names_an_unlisted_data_file(exports, tmp_path):
+    _, tmp = exports
+    out = _copy(tmp / "hf", tmp_path / "h")
+    shutil.copy(out / "data" / "train-00000.parquet", out / "data" / "train-00099.parquet")
+    r = run_cli("export", "verify", str(out))
+    assert r.returncode == 1
+    assert "train-00099.parquet: not listed in export.json" in r.stderr

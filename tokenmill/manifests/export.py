@@ -170,8 +170,22 @@ def export_mix(
                "tokenizer": m.tokenizer.model_dump(mode="json"), "files": files,
                "streams": streams, "sources": sources}
     summary["files"] += writer.finish(summary)
+    stale = _previous_files(out) - {f["path"] for f in summary["files"]}
     atomic_write_text(out / EXPORT_FILE, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    for rel in sorted(stale):  # a trainer globbing the folder must not read them
+        (out / rel).unlink(missing_ok=True)
+        log(f"removed {out / rel} (listed by the previous export in {out})")
     return summary
+
+
+def _previous_files(out: Path) -> set[str]:
+    """Files the export listing already in ``out`` names (none when there is none)."""
+    try:
+        listed = json.loads((out / EXPORT_FILE).read_text(encoding="utf-8"))["files"]
+        paths = {Path(f["path"]) for f in listed}
+        return {p.as_posix() for p in paths if not p.is_absolute() and ".." not in p.parts}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
 
 
 def export_modded_nanogpt(

@@ -3,7 +3,8 @@
 Checks, in order (each problem is one line naming the file):
 
 1. ``DIR/export.json`` exists and is an export listing (:mod:`tokenmill.manifests.export`).
-2. Every file it lists exists with the listed sha256.
+2. Every file it lists exists with the listed sha256, and no other file lies where the
+   format's trainer looks for data (:data:`TRAINER_GLOBS`).
 3. Every split is read back through the format's own layout (modded-nanogpt shard headers
    and sidecars; Megatron's ``.idx`` header, lengths, pointers and document indices
    against its ``.bin``; OLMo's ``.csv.gz`` document tables against their ``.npy`` token
@@ -143,8 +144,17 @@ def read_file(listing: dict, out: Path, entry: dict) -> tuple[np.ndarray, np.nda
     return _modded_nanogpt(path)
 
 
+#: the files a trainer finds by globbing an export folder, per format
+TRAINER_GLOBS = {"modded-nanogpt": ("fineweb_*.bin",), "megatron": ("*.bin", "*.idx"),
+                 "olmo": ("*/part-*.npy", "*/part-*.csv.gz"), "hf": ("data/*.parquet",)}
+
+
 def _file_problems(listing: dict, out: Path) -> list[str]:
-    problems = []
+    listed = {e["path"] for e in listing["files"]}
+    problems = [f"{p}: not listed in {EXPORT_FILE}, but a trainer reading the folder reads it"
+                for pattern in TRAINER_GLOBS[listing["format"]]
+                for p in sorted(out.glob(pattern))
+                if p.relative_to(out).as_posix() not in listed]
     for e in listing["files"]:
         p = out / e["path"]
         if not p.is_file():
