@@ -153,3 +153,13 @@ def test_verify_names_an_unlisted_data_file(exports, tmp_path):
     r = run_cli("export", "verify", str(out))
     assert r.returncode == 1
     assert "train-00099.parquet: not listed in export.json" in r.stderr
+
+
+def test_a_split_too_small_for_one_row_is_refused_in_one_line(exports, tmp_path):
+    mix, _ = exports
+    r = run_cli("shards", "export", "--format", "hf", str(mix), "-o", str(tmp_path / "o"),
+                "--seq-len", "100000", "--splits", "val")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"tokenmill: {mix}: its val split fills no loader row of 100001 tokens (batch 1): "
+        "nothing to export"]

@@ -155,6 +155,10 @@ def export_mix(
     out.mkdir(parents=True, exist_ok=True)
     files, sources, streams = [], {}, {}
     for stream in split_streams(opened, splits, settings):
+        if not len(stream.pieces.length):
+            raise ValueError(f"{opened.manifest_path}: its {stream.split} split fills no "
+                             f"loader row of {settings.seq_len + 1} tokens "
+                             f"(batch {settings.batch_size}): nothing to export")
         digest = StreamDigest()
         chunks = stream.chunks(shard_tokens, getattr(writer, "align_rows", False))
         files += writer.write_split(stream.split, _digested(chunks, digest), log)
