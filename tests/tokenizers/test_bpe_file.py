@@ -66,3 +66,23 @@ def test_bad_tables_are_refused_in_one_line(ranks_file, change, message):
     with pytest.raises(ValueError, match=message) as e:
         load_bpe_file(_spec(ranks_file, **change))
     assert "\n" not in str(e.value)
+
+
+def test_a_registered_bpe_file_serves_the_tables_by_name(ranks_file):
+    from tokenmill.tokenizers.prefix import token_bytes_table
+    from tokenmill.tokenizers.tiktoken_parts import (
+        mergeable_ranks,
+        register_parts,
+        special_tokens,
+        split_pattern,
+    )
+
+    tok = load_bpe_file(_spec(ranks_file, name="mine-registered"))
+    register_parts(tok.parts)
+    register_parts(tok.parts)  # the same parts again: fine
+    enc = tok.encoding()
+    assert mergeable_ranks(enc) is tok.parts.mergeable_ranks
+    assert special_tokens(enc) == {"<|endoftext|>": 50256} and split_pattern(enc) == R50K_PAT
+    assert token_bytes_table(enc)[50256] is None and token_bytes_table(enc)[0] == b"!"
+    with pytest.raises(ValueError, match="built-in encoding"):
+        register_parts(load_bpe_file(_spec(ranks_file, name="gpt2")).parts)

@@ -90,8 +90,27 @@ def encoding_parts(name: str) -> EncodingParts:
                          explicit_n_vocab=_EXPLICIT_N_VOCAB.get(name))
 
 
+_REGISTERED: dict[str, EncodingParts] = {}
+
+
+def register_parts(parts: EncodingParts) -> None:
+    """Make a tokenizer that is not built in (:mod:`tokenmill.tokenizers.bpe_file`) known by
+    its name to :func:`mergeable_ranks`, :func:`special_tokens` and :func:`split_pattern`.
+
+    Raises:
+        ValueError: the name is a built-in encoding's, or another tokenizer's already.
+    """
+    if parts.name in _PATTERNS:
+        raise ValueError(f"tokenizer name {parts.name!r} is a built-in encoding's")
+    known = _REGISTERED.get(parts.name)
+    if known is not None and known != parts:
+        raise ValueError(f"another tokenizer is already named {parts.name!r}")
+    _REGISTERED[parts.name] = parts
+
+
 def _parts(enc: tiktoken.Encoding | str) -> EncodingParts:
-    return encoding_parts(enc if isinstance(enc, str) else enc.name)
+    name = enc if isinstance(enc, str) else enc.name
+    return _REGISTERED.get(name) or encoding_parts(name)
 
 
 def mergeable_ranks(enc: tiktoken.Encoding | str) -> dict[bytes, int]:
