@@ -17,7 +17,7 @@ export TOKENMILL_DATA_ROOT
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,train]'
 	touch $@
 
 setup: $(VENV)/.installed

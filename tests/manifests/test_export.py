@@ -116,12 +116,16 @@ def test_modded_nanogpt_reads_the_export(exported, cur):
     # the train stream is the loader's whole budget of rows; each source within two rows
     # of its granted tokens; the files are the listed ones
     row = DEFAULT_SEQ_LEN + 1
-    train_tokens = sum(f["tokens"] for f in summary["files"] if f["split"] == "train")
+    train_tokens = sum(f["tokens"] for f in summary["files"]
+                       if f["split"] == "train" and "role" not in f)
     assert train_tokens == (m.total_tokens // row) * row
     for s in m.sources:
         assert abs(summary["sources"][s.name]["tokens"] - s.granted_tokens) <= 2 * row
     listed = json.loads((out / "export.json").read_text())
-    assert {f["path"] for f in listed["files"]} == {p.name for p in train + val}
+    assert {f["path"] for f in listed["files"] if "role" not in f} == {
+        p.name for p in train + val}
+    assert {f["path"] for f in listed["files"] if f.get("role") == "sidecar"} == {
+        p.name[:-4] + ".docs.parquet" for p in train + val}
 
 
 def test_exported_documents_are_the_curated_ones_in_mixed_order(exported, cur):

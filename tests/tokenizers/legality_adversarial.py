@@ -14,6 +14,8 @@ import itertools
 
 import numpy as np
 
+from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks
+
 LEFTS = ["", " ", "a", "Hy", "7", "12", "123", ".", "'", "x'", "\n", "\n\n", "  ", "\t",
          "é", "中", "\u3000", ".\n", " \n", "\xa0", "١"]
 RIGHTS = ["", " ", "a", "s", "ll", "7", "12", ".", "'", "\n", "  ", "\t", "é", "中", " x",
@@ -64,7 +66,7 @@ def adversarial_violations(enc, table, pairs: np.ndarray, rng: np.random.Generat
                            contexts_per_pair: int = 8, batch: int = 200_000):
     """Return ``(violations, n_texts, n_unrealisable)`` where violations lists
     ``(a, b, text)`` whose encoding contains ``a`` followed by ``b``."""
-    ranks_inv = {v: k for k, v in enc._mergeable_ranks.items()}
+    ranks_inv = {v: k for k, v in mergeable_ranks(enc).items()}
     V = enc.n_vocab
     texts: list[str] = []
     keys: list[int] = []
@@ -74,7 +76,7 @@ def adversarial_violations(enc, table, pairs: np.ndarray, rng: np.random.Generat
     def flush():
         if not texts:
             return
-        encode = enc._core_bpe.encode_ordinary  # per-text thread-pool overhead dominates batch
+        encode = enc.encode_ordinary  # per-text thread-pool overhead dominates batch
         toks = [encode(t) for t in texts]
         lens = np.fromiter((len(t) for t in toks), dtype=np.int64, count=len(toks))
         flat = np.fromiter(itertools.chain.from_iterable(toks), dtype=np.int64,

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from tokenmill.tokenizers.legality import analyze, reference_row
+from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks
 
 
 def token_id(enc, b: bytes) -> int:
     """The id of the token whose bytes are ``b`` (KeyError if it is not one token)."""
-    return enc._mergeable_ranks[b]
+    return mergeable_ranks(enc)[b]
 
 
 def check_rows_against_reference(table, name, rows):

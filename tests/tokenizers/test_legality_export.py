@@ -21,6 +21,7 @@ from tokenmill.tokenizers.legality import (
     export_modded_nanogpt,
 )
 from tokenmill.tokenizers.prefix import PrefixMap
+from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks
 
 
 def _small_table(n_vocab: int = 21, seed: int = 0) -> LegalityTable:
@@ -117,7 +118,7 @@ def test_gpt2_export_has_the_speedrun_layout(gpt2_table, gpt2_table_path, tmp_pa
     def forbidden(a: int, b: int) -> bool:
         return bool(mask[a, b >> 3] >> (b & 7) & 1)
 
-    hyper, eter, param = (enc._mergeable_ranks[t] for t in (b"Hyper", b"eter", b"param"))
+    hyper, eter, param = (mergeable_ranks(enc)[t] for t in (b"Hyper", b"eter", b"param"))
     assert forbidden(hyper, eter) and not forbidden(hyper, param)
     assert not mask[enc.eot_token].any()  # anything may follow <|endoftext|>
     assert not mask[enc.n_vocab:].any()  # padding rows: never masked

@@ -9,6 +9,7 @@ import pytest
 from tests.tokenizers.legality_adversarial import adversarial_violations, sample_impossible
 from tests.tokenizers.rowcheck import check_rows_against_reference, token_id
 from tokenmill.tokenizers import get_encoding
+from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks
 
 
 def _corpus_violations(table, pairs, docs):
@@ -54,7 +55,7 @@ def test_cl100k_adversarial_contexts(cl100k_table):
 def test_adversarial_detector_catches_possible_pairs(gpt2_table):
     """The detector itself works: pairs that are possible are found in some context."""
     enc = get_encoding("gpt2")
-    r = enc._mergeable_ranks
+    r = mergeable_ranks(enc)
     pairs = np.array([[r[b"Hyper"], r[b"param"]], [r[b" the"], r[b" cat"]],
                       [r[b"\n"], r[b"\n"]], [r[b"\xe2\x80"], r[b"\x9c"]]])
     violations, _, unreal = adversarial_violations(enc, gpt2_table, pairs,
@@ -78,7 +79,7 @@ def _fuzz_pairs(name: str, n: int = 50_000):
     enc = get_encoding(name)
     rng = np.random.default_rng(5)
     pieces = np.array(_FUZZ_ALPHABET, dtype=object)
-    encode = enc._core_bpe.encode_ordinary
+    encode = enc.encode_ordinary
     prev, nxt = [], []
     for _ in range(n):
         ids = encode("".join(rng.choice(pieces, size=rng.integers(1, 14))))

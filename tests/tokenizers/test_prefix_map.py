@@ -8,10 +8,11 @@ import pytest
 from tests.shared import shared_data
 from tokenmill.tokenizers import get_encoding
 from tokenmill.tokenizers.prefix import PrefixMap
+from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks
 
 
 def _brute_force(enc) -> np.ndarray:
-    ranks = enc._mergeable_ranks
+    ranks = mergeable_ranks(enc)
     parent = np.full(enc.n_vocab, -1, dtype=np.int32)
     for b, t in ranks.items():
         for k in range(len(b) - 1, 0, -1):  # every proper prefix, longest first
@@ -35,7 +36,7 @@ def test_gpt2_bananas_chain_and_roots():
     shared_data("tiktoken")
     enc = get_encoding("gpt2")
     pm = PrefixMap.build("gpt2")
-    r = enc._mergeable_ranks
+    r = mergeable_ranks(enc)
     assert pm.prefix(r[b" bananas"]) == r[b" banana"]
     assert [enc.decode_single_token_bytes(t) for t in pm.chain(r[b" bananas"])] == [
         b" bananas", b" banana", b" ban", b" ba", b" b", b" "]

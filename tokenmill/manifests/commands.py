@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tokenmill.manifests.export_commands import add_export_commands
 from tokenmill.manifests.mix_commands import add_mix_commands
 
 
@@ -61,3 +62,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--docs", type=int, default=3, help="documents to decode (0: none)")
     i.set_defaults(func=_inspect)
     add_mix_commands(sub, shsub)  # `tokenmill mix` and `tokenmill shards export`
+    add_export_commands(sub)  # `tokenmill export verify`

@@ -7,10 +7,10 @@
 * ``tokenmill mix build SPEC -o OUT.json`` plans and writes the
   training-mix manifest (paths inside it are relative to OUT's folder), printing the same
   table.
-* ``tokenmill shards export --format modded-nanogpt MIX.json -o DIR`` (the modded-nanogpt
-  export) writes
-  ``fineweb_train_*.bin`` / ``fineweb_val_*.bin`` that modded-nanogpt reads unchanged:
-  exactly the token stream ``MixLoader`` yields for ``--seq-len`` / ``--batch-size``.
+* ``tokenmill shards export --format FORMAT MIX.json -o DIR`` writes the mix as
+  modded-nanogpt, Megatron-LM / NeMo, OLMo or Hugging Face files
+  (:mod:`tokenmill.manifests.export`): exactly the token stream ``MixLoader`` yields for
+  ``--seq-len`` / ``--batch-size``, with ``export.json`` listing every file's sha256.
 
 All three check every shard they read against its manifest's sha256 first
 (:func:`tokenmill.manifests.verify.open_shards`) and refuse a stale, truncated or
@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+#: the export formats (tokenmill.manifests.export.FORMATS; kept here so --help stays light)
+EXPORT_FORMATS = ("modded-nanogpt", "megatron", "olmo", "hf")
 
 NO_VERIFY_LINE = ("shard verification is off (--no-verify): sha256 of shards and sidecars "
                   "not compared with their manifest")
@@ -51,17 +54,21 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from tokenmill.manifests.export import export_modded_nanogpt
+    from tokenmill.manifests.export import DEFAULT_SEQ_LEN, export_mix
+    from tokenmill.manifests.export_plan import LoaderSettings
 
     splits = tuple(s for s in args.splits.split(",") if s)
     bad = [s for s in splits if s not in ("train", "val")]
     if bad:
         print(f"unknown split(s) {bad}; use train and/or val", file=sys.stderr)
         return 2
-    summary = export_modded_nanogpt(args.manifest, args.output, shard_tokens=args.shard_tokens,
-                                    splits=splits, seq_len=args.seq_len,
-                                    batch_size=args.batch_size, remainder=args.remainder,
-                                    verify=_verify(args))
+    # hf: --seq-len packs the loader's rows, one per dataset row; without it, one document
+    settings = LoaderSettings(seq_len=args.seq_len or DEFAULT_SEQ_LEN,
+                              batch_size=args.batch_size, remainder=args.remainder,
+                              packed=args.format == "hf" and args.seq_len is not None)
+    summary = export_mix(args.manifest, args.output, args.format,
+                         shard_tokens=args.shard_tokens, splits=splits, settings=settings,
+                         verify=_verify(args))
     print(f"{'source':28s} {'tokens':>12s} {'docs':>8s} {'share':>7s} {'eff weight':>10s}")
     for name, s in summary["sources"].items():
         print(f"{name:28s} {s['tokens']:12,d} {s['documents']:8,d} {s['share']:7.4f} "
@@ -91,16 +98,21 @@ def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubP
     b.set_defaults(func=_build)
 
     e = shards_sub.add_parser("export", help="write a training mix as the files another "
-                                             "trainer reads (the modded-nanogpt export)")
+                                             "trainer reads (docs/exports.md)")
     e.add_argument("manifest", help="training-mix manifest (tokenmill mix build)")
-    e.add_argument("--format", required=True, choices=["modded-nanogpt"])
+    e.add_argument("--format", required=True, choices=list(EXPORT_FORMATS),
+                   help="modded-nanogpt (uint16 .bin shards), megatron (Megatron-LM / NeMo "
+                        ".bin/.idx), olmo (Dolma .npy + .csv.gz), hf (parquet input_ids + "
+                        "dataset card)")
     e.add_argument("-o", "--output", required=True, help="output folder")
     e.add_argument("--shard-tokens", type=int, default=100_000_000,
                    help="most tokens per shard (default 10^8, as FineWeb's)")
     e.add_argument("--splits", default="train,val", help="comma list of train,val")
-    e.add_argument("--seq-len", type=int, default=2048,
+    e.add_argument("--seq-len", type=int, default=None,
                    help="loader row length T: the train files hold the token stream of "
-                        "MixLoader(seq_len=T, batch_size=B) (default 2048)")
+                        "MixLoader(seq_len=T, batch_size=B) (default 2048); with --format hf, "
+                        "one dataset row per loader row of T + 1 tokens instead of one per "
+                        "document")
     e.add_argument("--batch-size", type=int, default=1, help="loader global rows per step B "
                                                                "(default 1)")
     e.add_argument("--remainder", choices=["carry", "drop"], default="carry",

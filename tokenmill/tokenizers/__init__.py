@@ -62,8 +62,10 @@ def get_encoding(name: str) -> tiktoken.Encoding:
 
 def ranks_sha256(enc: tiktoken.Encoding) -> str:
     """sha256 of the encoding's mergeable ranks in ``.tiktoken`` text form."""
+    from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks  # tiktoken public API
+
     h = hashlib.sha256()
-    for token, rank in sorted(enc._mergeable_ranks.items(), key=lambda kv: kv[1]):
+    for token, rank in sorted(mergeable_ranks(enc).items(), key=lambda kv: kv[1]):
         h.update(base64.b64encode(token) + b" " + str(rank).encode() + b"\n")
     return h.hexdigest()
 

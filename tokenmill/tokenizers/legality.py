@@ -58,6 +58,7 @@ from tokenmill.tokenizers import (
 from tokenmill.tokenizers import legality_bpe as kb
 from tokenmill.tokenizers.legality_regex import model_for_pattern, pair_rule, signature_tables
 from tokenmill.tokenizers.prefix import token_bytes_table
+from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks, special_tokens, split_pattern
 
 MAGIC = b"TMLEGAL1"
 DATA_OFFSET = 4096
@@ -107,8 +108,8 @@ def analyze(encoding: str | tiktoken.Encoding) -> _Analysis:
     enc = get_encoding(encoding) if isinstance(encoding, str) else encoding
     V = enc.n_vocab
     tokens = token_bytes_table(enc)
-    ranks = enc._mergeable_ranks
-    model = model_for_pattern(enc._pat_str)
+    ranks = mergeable_ranks(enc)
+    model = model_for_pattern(split_pattern(enc))
     lsig, rsig, cross, within, lsigs, rsigs = signature_tables(tokens, model)
     # every way of writing a token as token + token: (left, right, merged)
     pl, pr, pz = [], [], []
@@ -144,7 +145,7 @@ def analyze(encoding: str | tiktoken.Encoding) -> _Analysis:
     np.cumsum(ext_ptr, out=ext_ptr)
     pos, endp, child_ptr, child_ids = kb.left_tree_order(split_l, kind)
     special = np.zeros(V, dtype=np.bool_)
-    for t in enc._special_tokens.values():
+    for t in special_tokens(enc).values():
         special[t] = True
     return _Analysis(enc, tokens, model, lsig, rsig, cross, within, lsigs, rsigs, split_l,
                      split_r, kind, ext_ptr, ext_z, ext_r, pos, endp, child_ptr, child_ids,
@@ -612,7 +613,7 @@ def pair_possible(an: _Analysis, a: int, b: int) -> bool:
         return False
     if an.kind[a] == 2 or an.kind[b] == 2:
         return an.kind[a] > 0 and an.kind[b] > 0
-    return byte_pair_merge(an.enc._mergeable_ranks, ba + bb) == [ba, bb]
+    return byte_pair_merge(mergeable_ranks(an.enc), ba + bb) == [ba, bb]
 
 
 def explain_pair(an: _Analysis, a: int, b: int, possible: bool | None = None) -> str:
@@ -633,7 +634,7 @@ def explain_pair(an: _Analysis, a: int, b: int, possible: bool | None = None) ->
     lines = [head, f"  regex: {why}"]
     if not within:
         return "\n".join(lines)
-    ranks = an.enc._mergeable_ranks
+    ranks = mergeable_ranks(an.enc)
     ba, bb = an.tokens[a], an.tokens[b]
     if an.kind[a] == 2 or an.kind[b] == 2:
         lines.append("  BPE: a token's own merges are not in rank order; kept as possible "
@@ -679,7 +680,7 @@ def _fmt(parts: list[bytes]) -> str:
 def _show(an: _Analysis, t: int) -> str:
     b = an.tokens[t]
     if b is None:
-        for name, i in an.enc._special_tokens.items():
+        for name, i in special_tokens(an.enc).items():
             if i == t:
                 return f"{name}({t})"
         return f"<unused>({t})"
@@ -695,7 +696,7 @@ def reference_row(an: _Analysis, a: int) -> np.ndarray:
     if an.special[a]:
         out[:] = True
         return out
-    ranks = an.enc._mergeable_ranks
+    ranks = mergeable_ranks(an.enc)
     ba = an.tokens[a]
     cache: dict[int, tuple[bool, bool]] = {}
     A = an.lsigs[an.lsig[a]]
@@ -742,13 +743,13 @@ def resolve_token(enc: tiktoken.Encoding, text: str) -> int:
         except (SyntaxError, ValueError):
             s = text  # not a Python literal: take the text as it is
     if isinstance(s, bytes):
-        t = enc._mergeable_ranks.get(s)
+        t = mergeable_ranks(enc).get(s)
         if t is None:
             raise ValueError(f"{s!r} is not a token of {enc.name}")
         return t
-    if s in enc._special_tokens:
-        return enc._special_tokens[s]
-    t = enc._mergeable_ranks.get(s.encode("utf-8"))
+    if s in special_tokens(enc):
+        return special_tokens(enc)[s]
+    t = mergeable_ranks(enc).get(s.encode("utf-8"))
     if t is not None:
         return t
     ids = enc.encode_ordinary(s)

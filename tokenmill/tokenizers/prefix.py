@@ -22,6 +22,7 @@ import tiktoken
 
 from tokenmill.atomic import atomic_open
 from tokenmill.tokenizers import TokenizerIdentity, check_same, get_encoding, identity
+from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks
 
 #: File name suffix of a saved map: ``<encoding>.prefix.npz``.
 PREFIX_SUFFIX = ".prefix.npz"
@@ -30,7 +31,7 @@ PREFIX_SUFFIX = ".prefix.npz"
 def token_bytes_table(enc: tiktoken.Encoding) -> list[bytes | None]:
     """``table[id]`` = the bytes of mergeable token ``id``; None for special or unused ids."""
     table: list[bytes | None] = [None] * enc.n_vocab
-    for b, r in enc._mergeable_ranks.items():
+    for b, r in mergeable_ranks(enc).items():
         table[r] = b
     return table
 

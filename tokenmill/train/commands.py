@@ -6,8 +6,21 @@ import argparse
 
 from tokenmill.cliargs import add_output_argument, add_quiet_argument
 
+TRAIN_EXTRA_LINE = ("tokenmill train needs torch and triton ({missing} is not installed): "
+                    "pip install 'tokenmill[train]'")
+
+
+def require_train_extra() -> None:
+    """Raise ``RuntimeError`` (one line naming the ``train`` extra) without torch or triton."""
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(TRAIN_EXTRA_LINE.format(missing=e.name or "torch")) from None
+
 
 def _train(args: argparse.Namespace) -> int:
+    require_train_extra()
     from tokenmill.train.config import TrainConfig
     from tokenmill.train.train import train
 
