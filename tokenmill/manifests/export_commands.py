@@ -32,7 +32,8 @@ def _verify(args: argparse.Namespace) -> int:
 def add_export_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``tokenmill export verify``."""
     ex = sub.add_parser("export", help="check exports (tokenmill shards export)")
-    esub = ex.add_subparsers(dest="export_command", required=True)
+    esub = ex.add_subparsers(dest="export_command", required=True, metavar="COMMAND",
+                             help="what to do with an export")
     v = esub.add_parser("verify", help="check every file's sha256 and read every split back "
                                        "through its format")
     v.add_argument("dir", help="export folder (holds export.json)")
