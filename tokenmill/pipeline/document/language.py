@@ -64,6 +64,14 @@ def _py3langid_model():
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+def fasttext_lines(texts: Sequence[str], max_chars: int | None = 20_000) -> list[str]:
+    """The one line fastText reads per text: the first ``max_chars`` characters, split
+    at whitespace (``str.split``) and joined by single spaces (``""`` for a blank text)."""
+    if max_chars is not None:
+        return [" ".join(t[:max_chars].split()) for t in texts]
+    return [" ".join(t.split()) for t in texts]
+
+
 def detect_language(text: str, backend: str = "fasttext",
                     max_chars: int | None = 20_000) -> tuple[str, float]:
     """Top language of ``text`` and its probability in [0, 1].
