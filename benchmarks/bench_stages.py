@@ -5,15 +5,18 @@ Every document of the C4 and Common Crawl samples (``c4-en-sample``,
 objects, so no per-text cache can hit across copies) to about ``--mb`` MB of UTF-8 text.
 After a warm-up pass over the first documents (numba compilation, tiktoken and fastText
 loading), each stage runs alone over fresh copies of all documents, called the way the
-executor calls it (``stage(docs)``, one block at a time), and prints MB/s and documents/s.
+executor calls it (``stage(docs)``, one block at a time), and prints MB/s and documents/s
+of CPU time (``time.process_time``: one thread, so per core, and little moved by other
+processes on a shared machine).
 
 Also printed, measured in the same run on the same texts:
 
 * ``quality (4 together)``: the four quality filters chained over each block, as a run
   has them, each deciding on every document (none removed, so each filter sees all);
 * ``fastText predict loop``: the peer of the language stage, ``model.predict(line)`` per
-  document on the lines the stage hands to fastText (what the language stage costs at
-  best with fastText's own Python API);
+  document on the lines the stage hands to fastText, prepared beforehand (what the
+  language stage costs at best with fastText's own Python API); ``fastText, whole texts``:
+  ``model.predict(text.replace("\n", " "))`` per document, as datatrove's filter calls it;
 * ``per-document path``: read, normalize, length, the four filters, language, the exact
   and fuzzy dedup columns and tokenize, every stage on every document (the sum of their
   seconds over the same documents), in MB/s per core.
@@ -50,13 +53,13 @@ QUALITY = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
 
 def read_all() -> tuple[list[Document], float]:
     """Every readable document of :data:`CORPORA` (raw text) and the seconds reading took."""
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     docs = []
     for name in CORPORA:
         files, _ = _list_files(ROOT / name)
         for rel in files:
             docs += [d for d in read_file(ROOT / name, rel, name) if isinstance(d, Document)]
-    return docs, time.perf_counter() - t0
+    return docs, time.process_time() - t0
 
 
 def copies(texts: list[str]) -> list[Document]:
@@ -84,43 +87,49 @@ def time_steps(make: Callable[[], list], texts: list[str], block: int) -> float:
     steps = make()
     secs = 0.0
     for b in blocks_of(copies(texts), block):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         it = iter(b)
         for s in steps:
             it = s(it)
         for _ in it:
             pass
-        secs += time.perf_counter() - t0
+        secs += time.process_time() - t0
     return secs
 
 
 def time_columns(step, texts: list[str], block: int) -> float:
     secs = 0.0
     for b in blocks_of(copies(texts), block):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         step.block_columns(b)
-        secs += time.perf_counter() - t0
+        secs += time.process_time() - t0
     return secs
 
 
 def time_tokenize(texts: list[str], block: int) -> float:
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for i in range(0, len(texts), block):
         tokenize_batch(texts[i:i + block], "gpt2")
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
-def time_fasttext_peer(texts: list[str]) -> float:
-    """fastText's own ``predict`` per document on the lines the language stage reads."""
-    from tokenmill.pipeline.document.language import _fasttext_model
+def time_fasttext_peer(texts: list[str], whole: bool) -> float:
+    """fastText's own ``predict`` per document: on the lines the language stage reads
+    (prepared beforehand, not timed), or (``whole``) on each whole text with its
+    newlines made spaces, as datatrove's language filter calls it."""
+    import fasttext
 
-    model = _fasttext_model()
-    lines = fasttext_lines(texts, 20_000)
-    t0 = time.perf_counter()
+    from tokenmill.pipeline.document.language import fasttext_model_path
+
+    model = fasttext.load_model(str(fasttext_model_path()))
+    lines = texts if whole else fasttext_lines(texts, 20_000)
+    t0 = time.process_time()
     for line in lines:
+        if whole:
+            line = line.replace("\n", " ")
         if line:
             model.predict(line, k=1)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def stage_table(texts: list[str], block: int) -> dict[str, float]:
@@ -135,7 +144,8 @@ def stage_table(texts: list[str], block: int) -> dict[str, float]:
     secs["quality (4 together)"] = time_steps(
         lambda: [every_document(build_quality_filter(n)) for n in QUALITY], texts, block)
     secs["language"] = time_steps(lambda: [LanguageFilter(languages=None)], texts, block)
-    secs["fastText predict loop"] = time_fasttext_peer(texts)
+    secs["fastText predict loop"] = time_fasttext_peer(texts, whole=False)
+    secs["fastText, whole texts"] = time_fasttext_peer(texts, whole=True)
     secs["exact dedup columns"] = time_columns(ExactDedup(), texts, block)
     secs["fuzzy dedup columns"] = time_columns(MinHashDedup(), texts, block)
     secs["tokenize"] = time_tokenize(texts, block)
@@ -168,8 +178,8 @@ def main() -> None:
     total = read_s * reps + sum(secs[k] for k in path)
     print(f"{'per-document path':<24} {mb / total:>8.1f} {n / total:>9.0f}"
           "   (read -> tokenize, every stage on every document)")
-    print(f"\nlanguage / fastText predict loop: "
-          f"{secs['fastText predict loop'] / secs['language']:.2f}x")
+    for peer in ("fastText predict loop", "fastText, whole texts"):
+        print(f"language / {peer}: {secs[peer] / secs['language']:.2f}x")
 
 
 if __name__ == "__main__":
