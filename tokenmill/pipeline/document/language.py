@@ -33,6 +33,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from tokenmill.pipeline.document.measures import Measures
 from tokenmill.pipeline.stage import Document, PipelineStep
 
 BACKENDS = ("fasttext", "py3langid")
@@ -148,6 +149,7 @@ class LanguageFilter(PipelineStep):
         self.min_score = min_score
         self.backend = backend
         self.max_chars = max_chars
+        self.measures = Measures()
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:
         for doc in docs:
@@ -158,6 +160,7 @@ class LanguageFilter(PipelineStep):
                 if lang not in self.languages:
                     self.reject(doc, "language:not_allowed", detail=f"{lang} {score:.3f}")
                     continue
+                self.measures.record("language:low_score", score)
                 if score < self.min_score:
                     self.reject(doc, "language:low_score", detail=f"{lang} {score:.3f}")
                     continue

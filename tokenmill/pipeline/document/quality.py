@@ -41,6 +41,7 @@ import numba
 import numpy as np
 
 from tokenmill.pipeline.document import analysis
+from tokenmill.pipeline.document.measures import Measures
 from tokenmill.pipeline.document.words import SENTENCE_TERMINALS, split_words
 from tokenmill.pipeline.stage import Document, DocumentFilter
 
@@ -226,17 +227,21 @@ class GopherQualityFilter(DocumentFilter):
         self.stop_words = frozenset(stop_words) if stop_words is not None \
             else GOPHER_STOP_WORDS
         self._stop_list = tuple(sorted(self.stop_words))
+        self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
         ids = analysis.chunk_ids(text)
         n_words, n, content_chars, n_alpha = analysis.totals(ids).tolist()
+        record = self.measures.record
+        record("gopher_quality:word_count", n)
         if c["min_doc_words"] is not None and n < c["min_doc_words"]:
             return "gopher_quality:word_count"
         if c["max_doc_words"] is not None and n > c["max_doc_words"]:
             return "gopher_quality:word_count"
         mean_len = content_chars / n if n else 0.0
+        record("gopher_quality:mean_word_length", mean_len)
         if c["min_avg_word_length"] is not None and mean_len < c["min_avg_word_length"]:
             return "gopher_quality:mean_word_length"
         if c["max_avg_word_length"] is not None and mean_len > c["max_avg_word_length"]:
@@ -244,6 +249,7 @@ class GopherQualityFilter(DocumentFilter):
         if c["max_symbol_word_ratio"] is not None and n_words:
             hashes = text.count("#") / n_words
             ellipses = (text.count("...") + text.count("…")) / n_words
+            record("gopher_quality:symbol_ratio", max(hashes, ellipses))
             if max(hashes, ellipses) > c["max_symbol_word_ratio"]:
                 return "gopher_quality:symbol_ratio"
         lines = text.splitlines()
@@ -251,17 +257,22 @@ class GopherQualityFilter(DocumentFilter):
             if c["max_bullet_lines_ratio"] is not None:
                 bullets = sum(ln.lstrip().startswith(("•", "-"))
                               for ln in lines)
+                record("gopher_quality:bullet_lines", bullets / len(lines))
                 if bullets / len(lines) > c["max_bullet_lines_ratio"]:
                     return "gopher_quality:bullet_lines"
             if c["max_ellipsis_lines_ratio"] is not None:
                 ell = sum(ln.rstrip().endswith(("...", "…")) for ln in lines)
+                record("gopher_quality:ellipsis_lines", ell / len(lines))
                 if ell / len(lines) > c["max_ellipsis_lines_ratio"]:
                     return "gopher_quality:ellipsis_lines"
         if c["min_alpha_words_ratio"] is not None and n_words:
+            record("gopher_quality:alpha_ratio", n_alpha / n_words)
             if n_alpha / n_words < c["min_alpha_words_ratio"]:
                 return "gopher_quality:alpha_ratio"
         if c["min_stop_words"] is not None:
-            if self._stop_words_in(ids) < c["min_stop_words"]:
+            n_stop = self._stop_words_in(ids)
+            record("gopher_quality:stop_words", n_stop)
+            if n_stop < c["min_stop_words"]:
                 return "gopher_quality:stop_words"
         return None
 
@@ -304,6 +315,7 @@ class GopherRepetitionFilter(DocumentFilter):
             dup_n_grams=[list(x) for x in dup_n_grams])
         super().__init__(**cfg)
         self.c = cfg
+        self.measures = Measures()
         self._top_n = np.array([int(n) for n, _ in top_n_grams] or [0], np.int64)[
             : len(top_n_grams)]
         self._dup_n = np.array([int(n) for n, _ in dup_n_grams] or [0], np.int64)[
@@ -315,20 +327,27 @@ class GopherRepetitionFilter(DocumentFilter):
         if not text:
             return "gopher_repetition:empty"
         n_chars = len(text)
-        paras = _PARA_SPLIT.split(text.strip())
-        n_dup, dup_chars = _find_duplicates(paras)
-        if c["dup_para_frac"] is not None and paras and n_dup / len(paras) > c["dup_para_frac"]:
-            return "gopher_repetition:dup_para_frac"
-        if c["dup_para_char_frac"] is not None and dup_chars / n_chars > c["dup_para_char_frac"]:
-            return "gopher_repetition:dup_para_char_frac"
-        lines = _LINE_SPLIT.split(text)
-        n_dup, dup_chars = _find_duplicates(lines)
-        if c["dup_line_frac"] is not None and lines and n_dup / len(lines) > c["dup_line_frac"]:
-            return "gopher_repetition:dup_line_frac"
-        if c["dup_line_char_frac"] is not None and dup_chars / n_chars > c["dup_line_char_frac"]:
-            return "gopher_repetition:dup_line_char_frac"
+        record = self.measures.record
+        for part, items in (("para", _PARA_SPLIT.split(text.strip())),
+                            ("line", _LINE_SPLIT.split(text))):
+            n_dup, dup_chars = _find_duplicates(items)
+            if c[f"dup_{part}_frac"] is not None and items:
+                record(f"gopher_repetition:dup_{part}_frac", n_dup / len(items))
+                if n_dup / len(items) > c[f"dup_{part}_frac"]:
+                    return f"gopher_repetition:dup_{part}_frac"
+            if c[f"dup_{part}_char_frac"] is not None:
+                record(f"gopher_repetition:dup_{part}_char_frac", dup_chars / n_chars)
+                if dup_chars / n_chars > c[f"dup_{part}_char_frac"]:
+                    return f"gopher_repetition:dup_{part}_char_frac"
         wh, wl = analysis.word_hashes(analysis.chunk_ids(text))
         top, dup = _ngram_stats(wh, wl, self._top_n, self._dup_n)
+        if len(top):
+            record("gopher_repetition:top_n_gram", top[0] / n_chars)
+        if len(dup):  # reached only by the documents every top n-gram rule kept
+            fails_top = any(ch / n_chars > f for (_, f), ch in zip(c["top_n_grams"], top,
+                                                                   strict=True))
+            if not fails_top:
+                record("gopher_repetition:dup_n_gram", dup[0] / n_chars)
         for (n, frac), chars in zip(c["top_n_grams"], top, strict=True):
             if chars / n_chars > frac:
                 return f"gopher_repetition:top_{n}_gram"
@@ -375,6 +394,7 @@ class C4QualityFilter(DocumentFilter):
         self.c = cfg
         self.bad_words = frozenset(w.lower() for w in bad_words) if bad_words else None
         self.line_stats: Counter = Counter()
+        self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
@@ -396,6 +416,7 @@ class C4QualityFilter(DocumentFilter):
             n_sent = analysis.sentences(ids, at[0::2], at[1::2])
         else:
             n_sent = len(kept)
+        self.measures.record("c4:too_few_sentences", n_sent)
         if c["min_num_sentences"] != -1 and n_sent < c["min_num_sentences"]:
             return "c4:too_few_sentences"
         if c["modify_text"]:
@@ -490,6 +511,7 @@ class FineWebQualityFilter(DocumentFilter):
         super().__init__(**cfg)
         self.c = cfg
         self.stop_chars = tuple(stop_chars) if stop_chars is not None else TERMINAL_PUNCTUATION
+        self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
@@ -497,16 +519,22 @@ class FineWebQualityFilter(DocumentFilter):
         lines = [ln for ln in text.split("\n") if ln.strip()]
         if not lines:
             return "fineweb:empty"
+        record = self.measures.record
         ratio = sum(ln.endswith(self.stop_chars) for ln in lines) / len(lines)
+        record("fineweb:line_punct_ratio", ratio)
         if ratio < c["line_punct_thr"] and not (ratio == 0 and c["line_punct_exclude_zero"]):
             return "fineweb:line_punct_ratio"
         ratio = sum(len(ln) <= c["short_line_length"] for ln in lines) / len(lines)
+        record("fineweb:short_line_ratio", ratio)
         if ratio > c["short_line_thr"]:
             return "fineweb:short_line_ratio"
-        ratio = _find_duplicates(lines)[1] / max(1, len(text.replace("\n", "")))
+        ratio = _find_duplicates(lines)[1] / max(1, len(text) - text.count("\n"))
+        record("fineweb:char_dup_ratio", ratio)
         if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
         n_words = int(analysis.totals(analysis.chunk_ids(text))[analysis.N_WORDS])
+        if n_words:
+            record("fineweb:list_ratio", text.count("\n") / n_words)
         if n_words and text.count("\n") / n_words > c["new_line_ratio"]:
             return "fineweb:list_ratio"
         return None
