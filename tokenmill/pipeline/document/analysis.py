@@ -26,7 +26,6 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tokenmill.pipeline.document import chunk_lookup
 from tokenmill.pipeline.document.words import (
     SENTENCE_TERMINALS,
     is_punct_word,
@@ -52,11 +51,6 @@ class _ChunkTable:
         self.word_start = np.zeros(1025, np.int64)
         self.word_hash = np.zeros(4096, np.int64)
         self.word_len = np.zeros(4096, np.int64)
-        # the chunks' UTF-8 bytes and the hash table over them (chunk_lookup)
-        self.store = np.zeros(16384, np.uint8)
-        self.store_start = np.zeros(1025, np.int64)
-        self.keys = np.zeros(2048, np.uint64)
-        self.slot_ids = np.full(2048, -1, np.int32)
 
     def _grow(self, chunks: int, words: int) -> None:
         if chunks > self.stats.shape[0]:
@@ -89,36 +83,6 @@ class _ChunkTable:
             (*_sentence_step(ws, False), *_sentence_step(ws, True)) for ws in new]
         self.word_start[first + 1:end + 1] = w0 + np.cumsum(
             np.fromiter(map(len, new), np.int64, len(new)))
-        self._index(chunks, first)
-
-    def _index(self, chunks: list[str], first: int) -> None:
-        """Store the UTF-8 bytes of ``chunks`` (ids ``first..``) and hash them in."""
-        raw = [c.encode("utf-8", "surrogatepass") for c in chunks]
-        b0 = int(self.store_start[first])
-        size = b0 + sum(map(len, raw))
-        if size > self.store.shape[0]:
-            self.store = np.resize(self.store, max(size, 2 * self.store.shape[0]))
-        if first + len(raw) + 1 > self.store_start.shape[0]:
-            self.store_start = np.resize(self.store_start, 2 * (first + len(raw) + 1))
-        self.store[b0:size] = np.frombuffer(b"".join(raw), np.uint8)
-        end = first + len(raw)
-        self.store_start[first + 1:end + 1] = b0 + np.cumsum(
-            np.fromiter(map(len, raw), np.int64, len(raw)))
-        if 2 * end > self.keys.shape[0]:  # keep the table at most half full
-            cap = self.keys.shape[0]
-            while 2 * end > cap:
-                cap *= 2
-            self.keys = np.zeros(cap, np.uint64)
-            self.slot_ids = np.full(cap, -1, np.int32)
-            first = 0
-        chunk_lookup.insert(self.keys, self.slot_ids, self.store[:size],
-                            self.store_start[:end + 1], first)
-
-    def lookup(self, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(int32 id or -1, first byte, end byte) of each whitespace chunk of ``data``."""
-        n = len(self.words)
-        return chunk_lookup.lookup(np.frombuffer(data, np.uint8), self.keys, self.slot_ids,
-                                   self.store, self.store_start[:n + 1])
 
 
 def _chunk_numbers(words: tuple[str, ...]) -> tuple[int, int, int, int]:
@@ -168,33 +132,13 @@ def ids_of(chunks: list[str]) -> np.ndarray:
     return np.array(ids, np.int32)
 
 
-def _text_ids(text: str) -> np.ndarray:
-    """:func:`ids_of` ``text.split()``, splitting and looking up in numba."""
-    global _TABLE
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: the Python way
-        return ids_of(text.split())
-    ids, starts, ends = _TABLE.lookup(data)
-    missing = np.flatnonzero(ids < 0)
-    if len(missing):
-        new = {data[a:b].decode() for a, b in zip(starts[missing].tolist(),
-                                                   ends[missing].tolist(), strict=True)}
-        if len(_TABLE.words) + len(new) > MAX_CHUNKS:
-            _TABLE = _ChunkTable(_TABLE.generation + 1)
-            return _text_ids(text)
-        _TABLE.add(new)
-        ids = _TABLE.lookup(data)[0]
-    return ids
-
-
 def chunk_ids(text: str) -> np.ndarray:
     """int32 ids of the whitespace chunks of ``text`` (``text.split()``), in order, in
     the table :func:`table` returns right after; cached per text object."""
     hit = _TEXTS.get(id(text))
     if hit is not None and hit[0] is text and hit[1] == _TABLE.generation:
         return hit[2]
-    ids = _text_ids(text)
+    ids = ids_of(text.split())
     if _CACHED_IDS[0] + len(ids) > MAX_CACHED_IDS:
         release()
     _TEXTS[id(text)] = (text, _TABLE.generation, ids)

@@ -72,6 +72,17 @@ def split_into_words(text: str) -> list[str]:
     return split_words(text)
 
 
+def _split_lines(text: str) -> list[str]:
+    """``re.split(r"\n+", text)`` of a non-empty text, without the regex: the non-empty
+    lines, after a ``""`` if the text starts with a newline, before one if it ends so."""
+    lines = [ln for ln in text.split("\n") if ln]
+    if text[0] == "\n":
+        lines.insert(0, "")
+    if text[-1] == "\n":
+        lines.append("")
+    return lines
+
+
 def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
     """(number of repeated elements, characters in them), first occurrences excluded
     (Gopher / datatrove ``find_duplicates``)."""
@@ -329,7 +340,7 @@ class GopherRepetitionFilter(DocumentFilter):
         n_chars = len(text)
         record = self.measures.record
         for part, items in (("para", _PARA_SPLIT.split(text.strip())),
-                            ("line", _LINE_SPLIT.split(text))):
+                            ("line", _split_lines(text))):
             n_dup, dup_chars = _find_duplicates(items)
             if c[f"dup_{part}_frac"] is not None and items:
                 record(f"gopher_repetition:dup_{part}_frac", n_dup / len(items))
