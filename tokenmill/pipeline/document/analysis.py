@@ -23,6 +23,8 @@ once (call it when a block's document stages are done, to free the memory early)
 
 from __future__ import annotations
 
+import itertools
+
 import numba
 import numpy as np
 
@@ -120,16 +122,16 @@ def table() -> _ChunkTable:
 def ids_of(chunks: list[str]) -> np.ndarray:
     """int32 chunk ids of ``chunks`` in the current table (new chunks are added)."""
     global _TABLE
-    get = _TABLE.ids.get
-    ids = list(map(get, chunks))
-    if None in ids:
-        missing = {c for c, i in zip(chunks, ids, strict=True) if i is None}
+    ids = np.fromiter(map(_TABLE.ids.get, chunks, itertools.repeat(-1)), np.int32,
+                      len(chunks))
+    if len(ids) and ids.min() < 0:
+        missing = {chunks[i] for i in np.flatnonzero(ids < 0).tolist()}
         if len(_TABLE.words) + len(missing) > MAX_CHUNKS:
             _TABLE = _ChunkTable(_TABLE.generation + 1)
             missing = set(chunks)
         _TABLE.add(missing)
-        ids = list(map(_TABLE.ids.__getitem__, chunks))
-    return np.array(ids, np.int32)
+        ids = np.fromiter(map(_TABLE.ids.__getitem__, chunks), np.int32, len(chunks))
+    return ids
 
 
 def chunk_ids(text: str) -> np.ndarray:

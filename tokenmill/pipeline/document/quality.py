@@ -422,7 +422,12 @@ class C4QualityFilter(DocumentFilter):
         if c["split_paragraph"]:
             ids = analysis.chunk_ids(doc.text)
             if cited:
-                ids = np.concatenate([ids, analysis.ids_of(cited)])
+                generation = analysis.table().generation
+                more = analysis.ids_of(cited)
+                if analysis.table().generation == generation:
+                    ids = np.concatenate([ids, more])
+                else:  # the table was renewed in between: both in the new one
+                    ids = analysis.ids_of(doc.text.split() + cited)
             at = np.array(spans, np.int64)
             n_sent = analysis.sentences(ids, at[0::2], at[1::2])
         else:
