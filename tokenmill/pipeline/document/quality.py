@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numba
@@ -266,13 +267,13 @@ class GopherQualityFilter(DocumentFilter):
         lines = text.splitlines()
         if lines:
             if c["max_bullet_lines_ratio"] is not None:
-                bullets = sum(ln.lstrip().startswith(("•", "-"))
-                              for ln in lines)
+                bullets = sum(map(str.startswith, map(str.lstrip, lines),
+                                  repeat(("•", "-"))))
                 record("gopher_quality:bullet_lines", bullets / len(lines))
                 if bullets / len(lines) > c["max_bullet_lines_ratio"]:
                     return "gopher_quality:bullet_lines"
             if c["max_ellipsis_lines_ratio"] is not None:
-                ell = sum(ln.rstrip().endswith(("...", "…")) for ln in lines)
+                ell = sum(map(str.endswith, map(str.rstrip, lines), repeat(("...", "…"))))
                 record("gopher_quality:ellipsis_lines", ell / len(lines))
                 if ell / len(lines) > c["max_ellipsis_lines_ratio"]:
                     return "gopher_quality:ellipsis_lines"
@@ -532,15 +533,15 @@ class FineWebQualityFilter(DocumentFilter):
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        lines = [ln for ln in text.split("\n") if ln.strip()]
+        lines = [ln for ln in text.split("\n") if ln and not ln.isspace()]
         if not lines:
             return "fineweb:empty"
         record = self.measures.record
-        ratio = sum(ln.endswith(self.stop_chars) for ln in lines) / len(lines)
+        ratio = sum(map(str.endswith, lines, repeat(self.stop_chars))) / len(lines)
         record("fineweb:line_punct_ratio", ratio)
         if ratio < c["line_punct_thr"] and not (ratio == 0 and c["line_punct_exclude_zero"]):
             return "fineweb:line_punct_ratio"
-        ratio = sum(len(ln) <= c["short_line_length"] for ln in lines) / len(lines)
+        ratio = sum(map(c["short_line_length"].__ge__, map(len, lines))) / len(lines)
         record("fineweb:short_line_ratio", ratio)
         if ratio > c["short_line_thr"]:
             return "fineweb:short_line_ratio"
