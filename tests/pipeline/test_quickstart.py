@@ -145,3 +145,23 @@ def test_small_sources_get_a_validation_split(quickstart):
     c4 = by_name["c4-en-sample"].validation  # big enough: the fraction alone suffices
     assert c4.min_documents == 1 and c4.by_fraction > 1 and c4.added == 0
     assert quickstart.manifest.config["shards"]["min_val_documents"] == 1
+
+
+def test_the_run_records_every_filter_rule_over_the_documents_reaching_it(quickstart):
+    """The report's rule histograms come from the run itself: per source, the first rule
+    of a quality filter saw exactly the documents that entered that filter (later rules,
+    such as C4's sentence count, see those the earlier rules kept)."""
+    from tokenmill.pipeline.document.measures import read_records
+
+    records = read_records(quickstart.manifest_path.parent / "work" / "measures")
+    checked = 0
+    for src in quickstart.manifest.sources:
+        for stage, rule in (("gopher_quality", "gopher_quality:word_count"),
+                            ("gopher_repetition", "gopher_repetition:dup_line_frac")):
+            if stage in src.stages:
+                assert sum(records[src.name]["histograms"][rule]) == \
+                    src.stages[stage]["docs_in"], (src.name, rule)
+                checked += 1
+    assert checked >= 4
+    c4 = records["c4-en-sample"]["histograms"]["c4:too_few_sentences"]
+    assert 0 < sum(c4) <= quickstart.manifest.sources[1].stages["c4"]["docs_in"]

@@ -36,8 +36,10 @@ from tokenmill.manifests.schema import (
 from tokenmill.manifests.shards import sidecar_path, write_shard
 from tokenmill.pipeline.dedup.minhash import jaccard_detail
 from tokenmill.pipeline.document.language import LanguageFilter
+from tokenmill.pipeline.document.measures import block_record
 from tokenmill.pipeline.document.quality import FineWebQualityFilter, GopherQualityFilter
 from tokenmill.pipeline.report.curation_report import document_waterfall, write_report
+from tokenmill.pipeline.report.tuning import LICENSE_ROWS
 from tokenmill.pipeline.stage import Document, DocumentStage, Rejection
 from tokenmill.tokenizers import get_encoding, identity
 
@@ -99,10 +101,11 @@ def _curate(source: str, texts: list[str], rejected: list[Rejection]):
         filtered.update(st.stats.rejected)
     counts = SourceCounts(read=len(docs), exact_duplicates=exact, filtered=filtered,
                           kept=len(kept))
-    return kept, counts, counters
+    return kept, counts, counters, block_record(source, 0, stages)
 
 
-def _build_run(out: Path, with_language: bool = True, with_quarantine: bool = True) -> Path:
+def _build_run(out: Path, with_language: bool = True, with_quarantine: bool = True,
+               with_measures: bool = True) -> Path:
     enc = get_encoding("gpt2")
     tok = identity("gpt2")
     (out / "shards").mkdir(parents=True)
@@ -113,7 +116,11 @@ def _build_run(out: Path, with_language: bool = True, with_quarantine: bool = Tr
     c4 += [re.sub(r"\bthe\b", "a", t, count=1) for t in c4[:40:4]]
     for name, texts, weight in (("c4", c4, 1.0),
                                 ("cc", _texts("cc-main-2019-sample"), 0.5)):
-        kept, counts, counters = _curate(name, texts, rejected)
+        kept, counts, counters, measures = _curate(name, texts, rejected)
+        if with_measures:  # the filters' per-block measure record, where a run keeps it
+            rec = out / "work" / "measures" / name / "000000.json"
+            rec.parent.mkdir(parents=True)
+            rec.write_text(json.dumps(measures))
         ids = enc.encode_ordinary_batch([d.text for d in kept], num_threads=2)
         tokens = np.concatenate([np.r_[tok.eot_token, x] for x in ids]).astype(np.int64)
         offsets = np.cumsum([0] + [len(x) + 1 for x in ids[:-1]]).astype(np.uint64)
@@ -173,7 +180,8 @@ def test_report_renders_every_plot(run_dir):
     res = write_report(run_dir)
     pngs = _check_rendered(run_dir, res)
     assert pngs == sorted(["waterfall.png", "lengths.png", "removal_rates.png",
-                           "duplicate_clusters.png", "languages.png", "mixture.png"])
+                           "rule_measures.png", "duplicate_clusters.png", "languages.png",
+                           "mixture.png"])
     assert res.skipped == {}
     m = load_manifest(run_dir)
     stages, remaining = document_waterfall(m)
@@ -192,11 +200,13 @@ def test_report_renders_every_plot(run_dir):
 
 
 def test_report_skips_missing_inputs(tmp_path):
-    out = _build_run(tmp_path / "bare", with_language=False, with_quarantine=False)
+    out = _build_run(tmp_path / "bare", with_language=False, with_quarantine=False,
+                     with_measures=False)
     res = write_report(out)
     pngs = _check_rendered(out, res)
     assert "languages.png" not in pngs and "duplicate_clusters.png" not in pngs
-    assert set(res.skipped) == {"languages.png", "duplicate_clusters.png"}
+    assert set(res.skipped) == {"languages.png", "duplicate_clusters.png",
+                                "rule_measures.png"}
     assert "no language column" in res.html.read_text("utf-8")
     # rerun overwrites in place
     shutil.copy(out / "manifest.json", out / "manifest.bak")
@@ -323,15 +333,20 @@ def _report_of(out: Path):
 
 
 def test_quickstart_report_groups_license_removals(quickstart):
-    """The quickstart's ~90 per-document license variants: a handful of family bars, every
-    variant in the table, every reason with examples."""
+    """The quickstart's ~90 per-document license variants: a handful of family bars, the
+    largest variants in the table and one "other" row for the rest, every reason with
+    examples."""
     out = quickstart.manifest_path.parent
     res = write_report(out)
     html_text = res.html.read_text("utf-8")
     variants = re.search(r"Removed by per-document license</h3>(.*?)</table>", html_text,
                          re.S).group(1)
     cc = next(s for s in quickstart.manifest.sources if s.name == "cc-main-2019-sample")
-    assert variants.count("<tr>") == 1 + len(cc.counts.license_rejected) > 30
+    assert len(cc.counts.license_rejected) > 30
+    assert variants.count("<tr>") == 1 + LICENSE_ROWS + 1
+    rest = sorted(cc.counts.license_rejected.values(), reverse=True)[LICENSE_ROWS:]
+    assert (f"<td class=l>other</td><td class=l>{len(rest)} more variants</td>"
+            f"<td>{sum(rest):,}</td>") in variants
     summaries = re.findall(r"<summary><b>([^<]+)</b>", html_text)
     assert len([s for s in summaries if s.startswith("license:")]) <= 6
     filtered = {r for s in quickstart.manifest.sources for r in s.counts.filtered}
@@ -350,7 +365,7 @@ def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
     shutil.copytree(run_dir, serial)
     res = write_report(serial)
     files = {p.name: p.read_bytes() for p in [*res.images, res.html]}
-    assert len(res.images) == 6
+    assert len(res.images) == 7
     with PlotWorkers(2) as workers:
         par = write_report(run_dir, load_manifest(run_dir), workers=workers)
     _check_rendered(run_dir, par)

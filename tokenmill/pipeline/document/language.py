@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from tokenmill.pipeline.document.measures import Measures
 from tokenmill.pipeline.stage import Document, DocumentStage
 
 BACKENDS = ("fasttext", "py3langid")
@@ -64,6 +66,37 @@ def _py3langid_model():
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+# whitespace to str.split() that fastText's tokenizer (space, \t \n \v \f \r \0) does not
+# split at
+_OTHER_SPACE = re.compile("[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+def fasttext_line(text: str, max_chars: int | None = 20_000) -> str:
+    """The one line fastText reads of ``text``: its first ``max_chars`` characters with
+    its words (``str.split``) in order, separated by whitespace fastText splits at, no
+    newline (``""`` for a blank text). fastText reads the same words, so the same
+    prediction, as from ``" ".join(text.split())``."""
+    if max_chars is not None:
+        text = text[:max_chars]
+    if not text or text.isspace():
+        return ""
+    if _OTHER_SPACE.search(text) is not None:
+        return " ".join(text.split())
+    return text.replace("\n", " ")
+
+
+def fasttext_lines(texts: Sequence[str], max_chars: int | None = 20_000) -> list[str]:
+    """:func:`fasttext_line` of each of ``texts``."""
+    return [fasttext_line(t, max_chars) for t in texts]
+
+
+def _fasttext_predict(line: str) -> tuple[str, float]:
+    """Top label of a prepared line, through fastText's C++ ``predict`` (what the
+    Python wrapper ``predict`` calls, without its per-call checks)."""
+    (prob, label), = _fasttext_model().f.predict(line + "\n", 1, 0.0, "strict")
+    return label.removeprefix("__label__"), min(1.0, float(prob))
+
+
 def detect_language(text: str, backend: str = "fasttext",
                     max_chars: int | None = 20_000) -> tuple[str, float]:
     """Top language of ``text`` and its probability in [0, 1].
@@ -77,14 +110,14 @@ def detect_language(text: str, backend: str = "fasttext",
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown language-id backend {backend!r}; known: {BACKENDS}")
+    if backend == "fasttext":
+        line = fasttext_line(text, max_chars)
+        return _fasttext_predict(line) if line else ("und", 0.0)
     if max_chars is not None:
         text = text[:max_chars]
     line = " ".join(text.split())
     if not line:
         return "und", 0.0
-    if backend == "fasttext":
-        labels, probs = _fasttext_model().predict(line, k=1)
-        return labels[0].removeprefix("__label__"), min(1.0, float(probs[0]))
     lang, prob = _py3langid_model().classify(line)
     return str(lang), float(prob)
 
@@ -116,6 +149,7 @@ class LanguageFilter(DocumentStage):
         self.min_score = min_score
         self.backend = backend
         self.max_chars = max_chars
+        self.measures = Measures()
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:
         for doc in docs:
@@ -126,6 +160,7 @@ class LanguageFilter(DocumentStage):
                 if lang not in self.languages:
                     self.reject(doc, "language:not_allowed", detail=f"{lang} {score:.3f}")
                     continue
+                self.measures.record("language:low_score", score)
                 if score < self.min_score:
                     self.reject(doc, "language:low_score", detail=f"{lang} {score:.3f}")
                     continue

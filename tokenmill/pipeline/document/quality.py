@@ -35,17 +35,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numba
 import numpy as np
 
-from tokenmill.pipeline.document.words import (
-    SENTENCE_TERMINALS,
-    count_sentences,
-    split_words,
-    word_counts,
-)
+from tokenmill.pipeline.document import analysis
+from tokenmill.pipeline.document.measures import Measures
+from tokenmill.pipeline.document.words import SENTENCE_TERMINALS, split_words
 from tokenmill.pipeline.stage import Document, DocumentFilter
 
 _PARA_SPLIT = re.compile(r"\n{2,}")
@@ -75,18 +73,22 @@ def split_into_words(text: str) -> list[str]:
     return split_words(text)
 
 
+def _split_lines(text: str) -> list[str]:
+    """``re.split(r"\n+", text)`` of a non-empty text, without the regex: the non-empty
+    lines, after a ``""`` if the text starts with a newline, before one if it ends so."""
+    lines = [ln for ln in text.split("\n") if ln]
+    if text[0] == "\n":
+        lines.insert(0, "")
+    if text[-1] == "\n":
+        lines.append("")
+    return lines
+
+
 def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
     """(number of repeated elements, characters in them), first occurrences excluded
     (Gopher / datatrove ``find_duplicates``)."""
-    seen: set[str] = set()
-    n = chars = 0
-    for x in items:
-        if x in seen:
-            n += 1
-            chars += len(x)
-        else:
-            seen.add(x)
-    return n, chars
+    distinct = dict.fromkeys(items)  # equal items have equal lengths
+    return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
 def _top_ngram_chars(words: Sequence[str], n: int) -> int:
@@ -124,26 +126,37 @@ def _dup_ngram_chars(words: Sequence[str], n: int) -> int:
 @numba.njit(cache=True)
 def _gram_groups(wh, n):
     """Word n-grams as dense ids: (int64[m] id per start position, int64[k] first position
-    of each id, int64[k] count of each id), m = len(wh) - n + 1. n-grams are compared by a
-    64-bit hash of their word hashes (a collision needs ~2^32 distinct n-grams)."""
+    of each id, int64[k] count of each id), m = len(wh) - n + 1, ids numbered in order of
+    first occurrence. n-grams are compared by a 64-bit hash of their word hashes (a
+    collision needs ~2^32 distinct n-grams), grouped in an open-addressing hash table."""
     m = wh.shape[0] - n + 1
     h = wh[:m].copy()
     for k in range(1, n):
         for i in range(m):
             h[i] = (h[i] * np.int64(1000003)) ^ wh[i + k]
-    order = np.argsort(h, kind="mergesort")  # stable: a group's first entry comes first
+    bits = 1
+    while (1 << bits) < 2 * m:
+        bits += 1
+    mask = np.uint64((1 << bits) - 1)
+    slot_key = np.empty(1 << bits, np.int64)
+    slot_id = np.full(1 << bits, -1, np.int64)
     ids = np.empty(m, np.int64)
     first = np.empty(m, np.int64)
     counts = np.zeros(m, np.int64)
-    g = -1
-    for j in range(m):
-        p = order[j]
-        if j == 0 or h[p] != h[order[j - 1]]:
+    g = 0
+    for i in range(m):
+        key = h[i]
+        s = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
+        while slot_id[s] != -1 and slot_key[s] != key:
+            s = (s + np.uint64(1)) & mask
+        if slot_id[s] == -1:
+            slot_id[s] = g
+            slot_key[s] = key
+            first[g] = i
             g += 1
-            first[g] = p
-        ids[p] = g
-        counts[g] += 1
-    return ids, first[:g + 1], counts[:g + 1]
+        ids[i] = slot_id[s]
+        counts[slot_id[s]] += 1
+    return ids, first[:g], counts[:g]
 
 
 @numba.njit(cache=True)
@@ -225,16 +238,22 @@ class GopherQualityFilter(DocumentFilter):
         self.c = cfg
         self.stop_words = frozenset(stop_words) if stop_words is not None \
             else GOPHER_STOP_WORDS
+        self._stop_list = tuple(sorted(self.stop_words))
+        self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        n_words, n, content_chars, n_alpha, vocab = word_counts(text)
+        ids = analysis.chunk_ids(text)
+        n_words, n, content_chars, n_alpha = analysis.totals(ids).tolist()
+        record = self.measures.record
+        record("gopher_quality:word_count", n)
         if c["min_doc_words"] is not None and n < c["min_doc_words"]:
             return "gopher_quality:word_count"
         if c["max_doc_words"] is not None and n > c["max_doc_words"]:
             return "gopher_quality:word_count"
         mean_len = content_chars / n if n else 0.0
+        record("gopher_quality:mean_word_length", mean_len)
         if c["min_avg_word_length"] is not None and mean_len < c["min_avg_word_length"]:
             return "gopher_quality:mean_word_length"
         if c["max_avg_word_length"] is not None and mean_len > c["max_avg_word_length"]:
@@ -242,26 +261,40 @@ class GopherQualityFilter(DocumentFilter):
         if c["max_symbol_word_ratio"] is not None and n_words:
             hashes = text.count("#") / n_words
             ellipses = (text.count("...") + text.count("…")) / n_words
+            record("gopher_quality:symbol_ratio", max(hashes, ellipses))
             if max(hashes, ellipses) > c["max_symbol_word_ratio"]:
                 return "gopher_quality:symbol_ratio"
         lines = text.splitlines()
         if lines:
             if c["max_bullet_lines_ratio"] is not None:
-                bullets = sum(ln.lstrip().startswith(("•", "-"))
-                              for ln in lines)
+                bullets = sum(map(str.startswith, map(str.lstrip, lines),
+                                  repeat(("•", "-"))))
+                record("gopher_quality:bullet_lines", bullets / len(lines))
                 if bullets / len(lines) > c["max_bullet_lines_ratio"]:
                     return "gopher_quality:bullet_lines"
             if c["max_ellipsis_lines_ratio"] is not None:
-                ell = sum(ln.rstrip().endswith(("...", "…")) for ln in lines)
+                ell = sum(map(str.endswith, map(str.rstrip, lines), repeat(("...", "…"))))
+                record("gopher_quality:ellipsis_lines", ell / len(lines))
                 if ell / len(lines) > c["max_ellipsis_lines_ratio"]:
                     return "gopher_quality:ellipsis_lines"
         if c["min_alpha_words_ratio"] is not None and n_words:
+            record("gopher_quality:alpha_ratio", n_alpha / n_words)
             if n_alpha / n_words < c["min_alpha_words_ratio"]:
                 return "gopher_quality:alpha_ratio"
         if c["min_stop_words"] is not None:
-            if len(self.stop_words.intersection(vocab)) < c["min_stop_words"]:
+            n_stop = self._stop_words_in(ids)
+            record("gopher_quality:stop_words", n_stop)
+            if n_stop < c["min_stop_words"]:
                 return "gopher_quality:stop_words"
         return None
+
+    def _stop_words_in(self, ids: np.ndarray) -> int:
+        """Distinct stop words among the words of the chunks ``ids``."""
+        if len(self._stop_list) > 62:
+            t = analysis.table()
+            vocab = set().union(*map(t.words.__getitem__, set(ids.tolist())))
+            return len(self.stop_words.intersection(vocab))
+        return analysis.stop_word_count(ids, self._stop_list)
 
 
 class GopherRepetitionFilter(DocumentFilter):
@@ -294,6 +327,7 @@ class GopherRepetitionFilter(DocumentFilter):
             dup_n_grams=[list(x) for x in dup_n_grams])
         super().__init__(**cfg)
         self.c = cfg
+        self.measures = Measures()
         self._top_n = np.array([int(n) for n, _ in top_n_grams] or [0], np.int64)[
             : len(top_n_grams)]
         self._dup_n = np.array([int(n) for n, _ in dup_n_grams] or [0], np.int64)[
@@ -305,22 +339,27 @@ class GopherRepetitionFilter(DocumentFilter):
         if not text:
             return "gopher_repetition:empty"
         n_chars = len(text)
-        paras = _PARA_SPLIT.split(text.strip())
-        n_dup, dup_chars = _find_duplicates(paras)
-        if c["dup_para_frac"] is not None and paras and n_dup / len(paras) > c["dup_para_frac"]:
-            return "gopher_repetition:dup_para_frac"
-        if c["dup_para_char_frac"] is not None and dup_chars / n_chars > c["dup_para_char_frac"]:
-            return "gopher_repetition:dup_para_char_frac"
-        lines = _LINE_SPLIT.split(text)
-        n_dup, dup_chars = _find_duplicates(lines)
-        if c["dup_line_frac"] is not None and lines and n_dup / len(lines) > c["dup_line_frac"]:
-            return "gopher_repetition:dup_line_frac"
-        if c["dup_line_char_frac"] is not None and dup_chars / n_chars > c["dup_line_char_frac"]:
-            return "gopher_repetition:dup_line_char_frac"
-        words = split_into_words(text)
-        wh = np.fromiter(map(hash, words), np.int64, len(words))
-        wl = np.fromiter(map(len, words), np.int64, len(words))
+        record = self.measures.record
+        for part, items in (("para", _PARA_SPLIT.split(text.strip())),
+                            ("line", _split_lines(text))):
+            n_dup, dup_chars = _find_duplicates(items)
+            if c[f"dup_{part}_frac"] is not None and items:
+                record(f"gopher_repetition:dup_{part}_frac", n_dup / len(items))
+                if n_dup / len(items) > c[f"dup_{part}_frac"]:
+                    return f"gopher_repetition:dup_{part}_frac"
+            if c[f"dup_{part}_char_frac"] is not None:
+                record(f"gopher_repetition:dup_{part}_char_frac", dup_chars / n_chars)
+                if dup_chars / n_chars > c[f"dup_{part}_char_frac"]:
+                    return f"gopher_repetition:dup_{part}_char_frac"
+        wh, wl = analysis.word_hashes(analysis.chunk_ids(text))
         top, dup = _ngram_stats(wh, wl, self._top_n, self._dup_n)
+        if len(top):
+            record("gopher_repetition:top_n_gram", top[0] / n_chars)
+        if len(dup):  # reached only by the documents every top n-gram rule kept
+            fails_top = any(ch / n_chars > f for (_, f), ch in zip(c["top_n_grams"], top,
+                                                                   strict=True))
+            if not fails_top:
+                record("gopher_repetition:dup_n_gram", dup[0] / n_chars)
         for (n, frac), chars in zip(c["top_n_grams"], top, strict=True):
             if chars / n_chars > frac:
                 return f"gopher_repetition:top_{n}_gram"
@@ -367,10 +406,7 @@ class C4QualityFilter(DocumentFilter):
         self.c = cfg
         self.bad_words = frozenset(w.lower() for w in bad_words) if bad_words else None
         self.line_stats: Counter = Counter()
-
-    @staticmethod
-    def _sentences(line: str) -> int:
-        return count_sentences(split_words(line))
+        self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
@@ -379,43 +415,86 @@ class C4QualityFilter(DocumentFilter):
         else:
             lines = [s for s in re.split(r"(?<=[.!?])\s+", doc.text) if s]
         kept: list[str] = []
-        n_sent = 0
-        for line in lines:
-            line = line.strip()
-            words = line.split()
-            self.line_stats["line_total"] += 1
-            if c["max_word_length"] != -1 and any(len(w) > c["max_word_length"] for w in words):
-                self.line_stats["line_too_long_word"] += 1
-                continue
-            if c["remove_citations"]:
-                line = C4_CITATION.sub("", line)
-            if c["filter_no_terminal_punct"] and (not line.endswith(C4_END_PUNCTUATION)
-                                                  or line.endswith(C4_ELLIPSIS)):
-                self.line_stats["line_no_terminal_punct"] += 1
-                continue
-            if len(words) < c["min_words_per_line"]:
-                self.line_stats["line_too_few_words"] += 1
-                continue
-            low = line.lower()
-            if c["filter_lorem_ipsum"] and "lorem ipsum" in low:
-                return "c4:lorem_ipsum"
-            if c["filter_javascript"] and "javascript" in low:
-                self.line_stats["line_javascript"] += 1
-                continue
-            if c["filter_curly_bracket"] and "{" in line:
-                return "c4:curly_bracket"
-            if c["filter_policy"] and any(p in low for p in C4_POLICY_SUBSTRINGS):
-                self.line_stats["line_policy"] += 1
-                continue
-            if self.bad_words and any(w.lower() in self.bad_words
-                                      for w in split_into_words(line)):
-                return "c4:bad_words"
-            n_sent += self._sentences(line) if c["split_paragraph"] else 1
-            kept.append(line)
+        spans: list[int] = []  # kept lines as [first, end) chunk of the document's chunks
+        cited: list[str] = []  # chunks of kept lines that lost a citation mark
+        why = self._lines(lines, kept, spans, cited)
+        if why is not None:
+            return why
+        if c["split_paragraph"]:
+            ids = analysis.chunk_ids(doc.text)
+            if cited:
+                generation = analysis.table().generation
+                more = analysis.ids_of(cited)
+                if analysis.table().generation == generation:
+                    ids = np.concatenate([ids, more])
+                else:  # the table was renewed in between: both in the new one
+                    ids = analysis.ids_of(doc.text.split() + cited)
+            at = np.array(spans, np.int64)
+            n_sent = analysis.sentences(ids, at[0::2], at[1::2])
+        else:
+            n_sent = len(kept)
+        self.measures.record("c4:too_few_sentences", n_sent)
         if c["min_num_sentences"] != -1 and n_sent < c["min_num_sentences"]:
             return "c4:too_few_sentences"
         if c["modify_text"]:
             doc.text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
+        return None
+
+    def _lines(self, lines: list[str], kept: list[str], spans: list[int],
+               cited_chunks: list[str]) -> str | None:
+        """Drop lines (counted in ``line_stats``), fill ``kept`` and ``spans`` (per kept
+        line its first and end chunk among the document's ``text.split()`` chunks, or
+        past them among ``cited_chunks`` for a line that lost a citation mark); a reason
+        if the document goes."""
+        c = self.c
+        stats = self.line_stats
+        pos = 0  # chunks of the lines before this one (they are the text's chunks)
+        n_cited = len(cited_chunks)
+        for n_seen, line in enumerate(lines, 1):
+            line = line.strip()
+            words = line.split()
+            pos += len(words)
+            if c["max_word_length"] != -1 and max(map(len, words), default=0) > \
+                    c["max_word_length"]:
+                stats["line_too_long_word"] += 1
+                continue
+            cited = c["remove_citations"] and "[" in line
+            if cited:
+                line = C4_CITATION.sub("", line)
+            if c["filter_no_terminal_punct"] and (not line.endswith(C4_END_PUNCTUATION)
+                                                  or line.endswith(C4_ELLIPSIS)):
+                stats["line_no_terminal_punct"] += 1
+                continue
+            if len(words) < c["min_words_per_line"]:
+                stats["line_too_few_words"] += 1
+                continue
+            low = line.lower()
+            if c["filter_lorem_ipsum"] and "lorem ipsum" in low:
+                stats["line_total"] += n_seen
+                return "c4:lorem_ipsum"
+            if c["filter_javascript"] and "javascript" in low:
+                stats["line_javascript"] += 1
+                continue
+            if c["filter_curly_bracket"] and "{" in line:
+                stats["line_total"] += n_seen
+                return "c4:curly_bracket"
+            if c["filter_policy"] and any(p in low for p in C4_POLICY_SUBSTRINGS):
+                stats["line_policy"] += 1
+                continue
+            if self.bad_words and any(w.lower() in self.bad_words
+                                      for w in split_into_words(line)):
+                stats["line_total"] += n_seen
+                return "c4:bad_words"
+            if cited:
+                spans += [-len(cited_chunks) - 1]
+                cited_chunks += line.split()
+                spans += [-len(cited_chunks) - 1]
+            else:
+                spans += [pos - len(words), pos]
+            kept.append(line)
+        stats["line_total"] += len(lines)
+        if len(cited_chunks) > n_cited:  # cited spans: past the document's chunks
+            spans[:] = [pos - 1 - s if s < 0 else s for s in spans]
         return None
 
 
@@ -449,24 +528,31 @@ class FineWebQualityFilter(DocumentFilter):
         super().__init__(**cfg)
         self.c = cfg
         self.stop_chars = tuple(stop_chars) if stop_chars is not None else TERMINAL_PUNCTUATION
+        self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        lines = [ln for ln in text.split("\n") if ln.strip()]
+        lines = [ln for ln in text.split("\n") if ln and not ln.isspace()]
         if not lines:
             return "fineweb:empty"
-        ratio = sum(ln.endswith(self.stop_chars) for ln in lines) / len(lines)
+        record = self.measures.record
+        ratio = sum(map(str.endswith, lines, repeat(self.stop_chars))) / len(lines)
+        record("fineweb:line_punct_ratio", ratio)
         if ratio < c["line_punct_thr"] and not (ratio == 0 and c["line_punct_exclude_zero"]):
             return "fineweb:line_punct_ratio"
-        ratio = sum(len(ln) <= c["short_line_length"] for ln in lines) / len(lines)
+        ratio = sum(map(c["short_line_length"].__ge__, map(len, lines))) / len(lines)
+        record("fineweb:short_line_ratio", ratio)
         if ratio > c["short_line_thr"]:
             return "fineweb:short_line_ratio"
-        ratio = _find_duplicates(lines)[1] / max(1, len(text.replace("\n", "")))
+        ratio = _find_duplicates(lines)[1] / max(1, len(text) - text.count("\n"))
+        record("fineweb:char_dup_ratio", ratio)
         if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
-        words = split_into_words(text)
-        if words and text.count("\n") / len(words) > c["new_line_ratio"]:
+        n_words = int(analysis.totals(analysis.chunk_ids(text))[analysis.N_WORDS])
+        if n_words:
+            record("fineweb:list_ratio", text.count("\n") / n_words)
+        if n_words and text.count("\n") / n_words > c["new_line_ratio"]:
             return "fineweb:list_ratio"
         return None
 

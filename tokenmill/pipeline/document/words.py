@@ -213,6 +213,11 @@ def _split_chunk(chunk: str) -> tuple[str, ...]:
     return tuple(head)
 
 
+def split_chunk(chunk: str) -> tuple[str, ...]:
+    """The words of one whitespace-free ``chunk`` (not cached)."""
+    return _split_chunk(chunk)
+
+
 def _words_of(chunks: list[str]) -> dict[str, tuple[str, ...]]:
     """The chunk → words cache, filled for every chunk in ``chunks``."""
     cache = _CACHE

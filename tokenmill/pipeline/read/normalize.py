@@ -14,6 +14,7 @@ normalization (``empty``).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 
@@ -25,14 +26,18 @@ _NEWLINES = (0x0B, 0x0C, 0x0D, 0x85, 0x2028, 0x2029)
 _CONTROL: dict[int, str | None] = {
     c: None for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)] if c not in (9, 10)}
 _CONTROL.update({c: "\n" for c in _NEWLINES})
+# what normalize_text may change, and lone surrogates: texts without any (nearly all)
+# skip the character-by-character translation
+_SPECIAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def normalize_text(text: str) -> str:
     """NFC-normalize ``text``, turn every line/page separator (CRLF, CR, VT, FF, NEL,
     U+2028, U+2029) into ``\\n`` and delete the other control characters but ``\\t``."""
-    if "\r\n" in text:
-        text = text.replace("\r\n", "\n")
-    text = text.translate(_CONTROL)
+    if _SPECIAL.search(text) is not None:
+        if "\r\n" in text:
+            text = text.replace("\r\n", "\n")
+        text = text.translate(_CONTROL)
     if not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
     return text
@@ -44,14 +49,15 @@ class Normalize(DocumentStage):
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:
         for doc in docs:
-            try:
-                doc.text.encode("utf-8")
-            except UnicodeEncodeError as e:
-                self.reject(doc, "invalid_unicode",
-                            detail=f"{e.reason} at char {e.start}: {doc.text[e.start]!r}")
-                continue
+            if _SPECIAL.search(doc.text) is not None:  # the encode check only then
+                try:
+                    doc.text.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    self.reject(doc, "invalid_unicode",
+                                detail=f"{e.reason} at char {e.start}: {doc.text[e.start]!r}")
+                    continue
             doc.text = normalize_text(doc.text)
-            if not doc.text.strip():
+            if not doc.text or doc.text.isspace():
                 self.reject(doc, "empty")
                 continue
             yield doc

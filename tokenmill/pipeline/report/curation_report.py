@@ -17,10 +17,12 @@ the run; the HTML uses no network asset):
 =====================  ==================================================================
 waterfall.png          documents and tokens per source remaining after each stage
 lengths.png            document length (tokens) histogram before and after curation
-removal_rates.png      share of each stage's input removed, per stage and reason
+removal_rates.png      share of each stage's input removed, per stage, reason and source
+rule_measures.png      per filter rule, its measure's histogram per source, threshold marked
+                       (from the per-block records under ``work/measures/``)
 duplicate_clusters.png size distribution of duplicate clusters (kept + removed twins)
 languages.png          language distribution of kept documents (sidecar ``language``)
-mixture.png            the mixture: tokens per source, with mixture weights
+mixture.png            the mixture: weighted share per source (tokens x mixture weight)
 =====================  ==================================================================
 
 Tables: the sources (rows read, documents kept, tokens kept, validation documents,
@@ -62,6 +64,11 @@ from tokenmill.atomic import atomic_write_text
 from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manifest
 from tokenmill.manifests.summary import license_family
 from tokenmill.pipeline.report.plots import PlotSpec, PlotWorkers, render
+from tokenmill.pipeline.report.tuning import (
+    collapsed_license_rows,
+    removal_rates_by_source,
+    rules_spec,
+)
 from tokenmill.pipeline.run import stage_list
 
 log = logging.getLogger(__name__)
@@ -504,11 +511,22 @@ def _spec_removal_rates(r: _Report) -> PlotSpec | None:
     if not rates:
         r.result.skipped["removal_rates.png"] = "no stage removed any document"
         return None
+    items = sorted(rates.items(), key=lambda kv: kv[1])
+    rejected = {src.name: {st: c["rejected"] for st, c in src.stages.items()
+                           if isinstance(c, dict) and isinstance(c.get("rejected"), dict)}
+                for src in r.manifest.sources}
+    by_src = removal_rates_by_source(r.stages, r.remaining, rejected, reason_label)
     return PlotSpec("removal_rates.png", "Removal rates",
-                    "Share of the documents entering a stage that it removed; per-document "
-                    "license removals grouped by family (the variants are in the table "
-                    "below).", "removal_rates",
-                    {"items": sorted(rates.items(), key=lambda kv: kv[1])})
+                    "Share of each source's documents entering a stage that it removed; "
+                    "per-document license removals grouped by family (the largest variants "
+                    "are in the table below).", "removal_rates",
+                    {"items": items, "per_source": {
+                        n: [by_src.get(k, {}).get(n, 0.0) for k, _ in items]
+                        for n in r.names}})
+
+
+def _spec_rules(r: _Report) -> PlotSpec | None:
+    return rules_spec(r.out, r.result.skipped)
 
 
 def _spec_clusters(r: _Report) -> PlotSpec | None:
@@ -543,14 +561,15 @@ def _spec_mixture(r: _Report) -> PlotSpec | None:
     if sum(toks) <= 0:
         r.result.skipped["mixture.png"] = "no tokens in the manifest"
         return None
-    labels = [f"{s.name}\n{t:,} tokens, weight {s.mixture_weight:g}"
-              for s, t in zip(r.manifest.sources, toks, strict=True)]
-    return PlotSpec("mixture.png", "Mixture", "Tokens per source after curation.",
-                    "mixture", {"tokens": toks, "labels": labels})
+    return PlotSpec("mixture.png", "Mixture",
+                    "Each source's share of the mixture: tokens after curation times its "
+                    "mixture weight.", "mixture",
+                    {"tokens": toks, "labels": r.names,
+                     "weights": [s.mixture_weight for s in r.manifest.sources]})
 
 
 # the plots in report order; the first two need the token counts of removed documents
-_PLOTS = (_spec_waterfall, _spec_lengths, _spec_removal_rates, _spec_clusters,
+_PLOTS = (_spec_waterfall, _spec_lengths, _spec_removal_rates, _spec_rules, _spec_clusters,
           _spec_languages, _spec_mixture)
 _NEED_TOKENS = (_spec_waterfall, _spec_lengths)
 
@@ -701,7 +720,7 @@ def _html(r: _Report) -> str:
         if png == "removal_rates.png" and (variants := license_variants(m)):
             parts.append("<h3>Removed by per-document license</h3>" + _table(
                 ["family", "license", "documents removed"],
-                [[f, lic, f"{n:,}"] for f, lic, n in variants], left=2))
+                collapsed_license_rows(variants), left=2))
     parts += _examples_html(r.examples)
     if r.result.skipped:
         parts.append("<h2>Plots skipped</h2><ul>" + "".join(

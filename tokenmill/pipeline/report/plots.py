@@ -15,11 +15,17 @@ Kinds and their data (see :mod:`tokenmill.pipeline.report.curation_report` for w
 ==================  ===================================================================
 ``waterfall``       ``labels`` (columns), ``documents`` and ``tokens``: source -> values
 ``lengths``         ``before``, ``after``: document lengths in tokens
-``removal_rates``   ``items``: ``[(label, share 0..1)]``, drawn bottom to top
+``removal_rates``   ``items``: ``[(label, share 0..1)]``, drawn bottom to top; optional
+                    ``per_source``: source -> shares in ``items`` order (grouped bars)
 ``clusters``        ``per_stage``: stage -> {cluster size: clusters}, ``counts``: stage ->
                     clusters
 ``languages``       ``top``: ``[(language, documents)]``
-``mixture``         ``tokens``, ``labels``: per source
+``mixture``         ``tokens``, ``labels``, optional ``weights``: per source (bars of the
+                    weighted shares, largest on top)
+``rules``           ``rules``: per filter rule ``{"rule", "label", "edges", "log",
+                    "thresholds", "removes": "min"|"max"|"range", "counts": source ->
+                    histogram counts}`` (one panel each, thresholds dashed, the removing
+                    side shaded)
 ==================  ===================================================================
 
 Drawing is deterministic: the same data give the same PNG bytes, in any process
@@ -105,10 +111,23 @@ def _lengths(plt, d: dict[str, Any]):
 
 def _removal_rates(plt, d: dict[str, Any]):
     items = d["items"]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(items) + 1.5))
-    ax.barh([k for k, _ in items], [v * 100 for _, v in items])
-    ax.set_xlabel("% of the stage's input documents removed")
+    given = d.get("per_source") or {"all sources": [v for _, v in items]}
+    color = {src: f"C{i}" for i, src in enumerate(given)}  # as in the other plots
+    per_source = {src: v for src, v in given.items() if any(v)}  # something removed
+    n = max(1, len(per_source))
+    fig, ax = plt.subplots(figsize=(9, (0.13 * n + 0.12) * len(items) + 1.6))
+    y = np.arange(len(items))
+    h = 0.8 / n
+    for i, (src, vals) in enumerate(per_source.items()):
+        ax.barh(y + (n - 1 - 2 * i) * h / 2, [v * 100 for v in vals], h, label=src,
+                color=color[src])
+    ax.set_yticks(y, [k for k, _ in items])
+    ax.set_ylim(-0.6, len(items) - 0.4)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel("% of the stage's input documents removed (per source)")
     ax.set_title("removal rate per stage and reason")
+    if n > 1:
+        ax.legend(fontsize=8, loc="lower right")
     return fig
 
 
@@ -140,15 +159,62 @@ def _languages(plt, d: dict[str, Any]):
 
 
 def _mixture(plt, d: dict[str, Any]):
-    fig, ax = plt.subplots(figsize=(6.5, 6.5))
-    ax.pie(d["tokens"], labels=d["labels"], autopct="%1.1f%%", startangle=90)
-    ax.set_title("mixture (tokens per source)")
+    tokens = d["tokens"]
+    weights = d.get("weights") or [1.0] * len(tokens)
+    mass = [t * w for t, w in zip(tokens, weights, strict=True)]
+    total = sum(mass) or 1
+    order = sorted(range(len(tokens)), key=lambda i: mass[i])
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(tokens) + 1.4))
+    shares = [100 * mass[i] / total for i in order]
+    ax.barh([d["labels"][i] for i in order], shares, color="#4c72b0")
+    for y, i in enumerate(order):
+        ax.text(shares[y], y, f" {shares[y]:.1f}%  ({tokens[i]:,} tokens × {weights[i]:g})",
+                va="center", fontsize=9)
+    ax.set_xlim(0, max(shares + [1]) * 1.6)
+    ax.set_xlabel("% of the weighted mixture (tokens × mixture weight)")
+    ax.set_title("mixture: weighted share per source")
+    return fig
+
+
+def _rules(plt, d: dict[str, Any]):
+    """One panel per rule: the measure's histogram per source, thresholds marked."""
+    rules = d["rules"]
+    cols = min(3, len(rules))
+    rows = (len(rules) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.1 * rows), squeeze=False)
+    for ax, r in zip(axes.flat, rules, strict=False):
+        edges = np.asarray(r["edges"])
+        for src, counts in r["counts"].items():
+            ax.stairs(counts, edges, label=f"{src} ({sum(counts):,})")
+        for t in r["thresholds"]:
+            ax.axvline(t, color="#c00", ls="--", lw=1.2)
+        lo, hi = edges[0], edges[-1]
+        for t in r["thresholds"][:1] if r["removes"] != "range" else []:
+            a, b = (lo, t) if r["removes"] == "min" else (t, hi)
+            ax.axvspan(a, b, color="#c00", alpha=0.08, lw=0)
+        if r["removes"] == "range" and len(r["thresholds"]) == 2:
+            ax.axvspan(lo, r["thresholds"][0], color="#c00", alpha=0.08, lw=0)
+            ax.axvspan(r["thresholds"][1], hi, color="#c00", alpha=0.08, lw=0)
+        if r.get("log"):
+            ax.set_xscale("log")
+        ax.set_yscale("log")  # the tails near a threshold hold few documents
+        ax.set_ylim(bottom=0.7)
+        ax.set_xlim(lo, hi)
+        ax.set_title(r["rule"], fontsize=9)
+        ax.set_xlabel(r["label"], fontsize=8)
+        ax.set_ylabel("documents reaching the rule", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(rules):]:
+        ax.set_visible(False)
+    fig.tight_layout()
     return fig
 
 
 _DRAW: dict[str, Callable] = {"waterfall": _waterfall, "lengths": _lengths,
                               "removal_rates": _removal_rates, "clusters": _clusters,
-                              "languages": _languages, "mixture": _mixture}
+                              "languages": _languages, "mixture": _mixture,
+                              "rules": _rules}
 
 
 def draw(kind: str, data: dict[str, Any]) -> bytes:

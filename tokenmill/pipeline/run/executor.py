@@ -44,6 +44,7 @@ from tokenmill.manifests.schema import (
 )
 from tokenmill.manifests.shards import version_for_vocab
 from tokenmill.pipeline.config import DatamixConfig
+from tokenmill.pipeline.document import measures
 from tokenmill.pipeline.read.readers import is_whole_file, printable_name
 from tokenmill.pipeline.read.sources import ResolvedSource, resolve_sources
 from tokenmill.pipeline.run import stage_list
@@ -222,6 +223,9 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
         sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
         warnings=warnings, **records)
     path = manifest.write(out_dir)
+    measures.write_records(work / "measures", {
+        src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
+        for src in sources})
     res = _result(path, manifest, blocks, time.perf_counter() - t0)
     res.input_bytes = sum(f.size for e in entries for f in e.files)
     res.hash_seconds = sum(u.hash_seconds for u in plan)

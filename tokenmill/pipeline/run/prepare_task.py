@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tokenmill.atomic import sha256_file
+from tokenmill.pipeline.document import measures
 from tokenmill.pipeline.read.readers import printable_name, read_file
 from tokenmill.pipeline.run import quarantine
 from tokenmill.pipeline.run.intermediate import (
@@ -269,6 +270,8 @@ def _document_stage(out: StageOutput, step: DocumentStage, docs: list[Document]
         table = pq.read_table(out.path(".docs.parquet"))
         return _apply_table({d.key: d for d in docs}, table, ""), done["info"], True
     step.reset_counters()
+    if hasattr(step, "measures"):  # a filter's rule measures: this block's only
+        step.measures = measures.Measures()
     rejected: list[Rejection] = []
     step.sink = rejected.append
     before = {d.key: d.text for d in docs}
@@ -276,6 +279,10 @@ def _document_stage(out: StageOutput, step: DocumentStage, docs: list[Document]
     info = step.stats.to_dict()
     if step.extra:
         info["extra"] = dict(sorted(step.extra.items()))
+    record = measures.block_record("", 0, [step])
+    if record["histograms"]:  # kept with the stage's output, so a reused stage has it too
+        info["measures"] = {"histograms": record["histograms"][step.name],
+                            "thresholds": record["thresholds"]}
     _commit(out, _docs_table(kept, [d.text != before[d.key] for d in kept]), rejected, info)
     return kept, info, False
 

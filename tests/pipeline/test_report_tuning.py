@@ -1,0 +1,87 @@
+"""What the report gives a user to tune filters by: each rule's measure over the documents
+that reached it (recorded by the filters in the same pass), with its threshold; removal
+rates per source; the mixture's weighted shares; the license table cut to its largest rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tests.pipeline.test_report import _build_run, _texts
+from tokenmill.pipeline.document.measures import RULES, block_record, merge, read_records
+from tokenmill.pipeline.document.quality import GopherQualityFilter
+from tokenmill.pipeline.report.tuning import collapsed_license_rows
+from tokenmill.pipeline.stage import Document
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_each_rule_counts_the_documents_that_reach_it():
+    docs = [Document(key=f"k{i}", source="s", text=t)
+            for i, t in enumerate(_texts("c4-en-sample")[:120])]
+    docs += [Document(key="short", source="s", text="Too short to keep.")]
+    f = GopherQualityFilter()
+    kept = list(f(iter(docs)))
+    h = f.measures.histograms()
+    order = [r for r in RULES if r.startswith("gopher_quality:")]
+    assert list(h) == sorted(order)
+    assert sum(h["gopher_quality:word_count"]) == len(docs)  # the first rule: every document
+    # a rule is reached by the documents the rules before it kept
+    removed_before = 0
+    for rule in order:
+        assert sum(h[rule]) == len(docs) - removed_before, rule
+        removed_before += f.stats.rejected.get(rule, 0)
+    assert sum(h["gopher_quality:stop_words"]) - f.stats.rejected.get(
+        "gopher_quality:stop_words", 0) == len(kept)
+    # fixed bins: blocks add up, and the record carries the thresholds in force
+    assert merge([h, h])["gopher_quality:word_count"] == [
+        2 * c for c in h["gopher_quality:word_count"]]
+    rec = block_record("s", 0, [f])
+    assert rec["thresholds"]["gopher_quality:word_count"] == [50.0, 100_000.0]
+    assert rec["thresholds"]["gopher_quality:alpha_ratio"] == [0.8]
+    edges = RULES["gopher_quality:word_count"].edges()
+    assert len(edges) == len(h["gopher_quality:word_count"]) + 1 and np.all(np.diff(edges) > 0)
+
+
+def test_report_command_draws_each_rule_with_its_threshold(tmp_path):
+    out = _build_run(tmp_path / "run")
+    per_source = read_records(out / "work" / "measures")
+    assert set(per_source) == {"c4", "cc"}
+    assert per_source["c4"]["thresholds"]["fineweb:line_punct_ratio"] == [0.12]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "tokenmill.cli", "report", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "wrote" in p.stdout and "rule_measures.png" not in p.stdout  # not skipped
+    page = (out / "report.html").read_text("utf-8")
+    assert "<img src='rule_measures.png'" in page and "Filter rules" in page
+    assert (out / "rule_measures.png").stat().st_size > 10_000
+    assert "tokens after curation times its mixture weight" in page
+
+
+def test_the_report_without_measures_says_why(tmp_path):
+    out = _build_run(tmp_path / "bare", with_language=False, with_quarantine=False,
+                     with_measures=False)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "tokenmill.cli", "report", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and "rule_measures.png" in p.stdout
+    assert re.search(r"rule_measures.png: no rule measures recorded",
+                     (out / "report.html").read_text("utf-8"))
+
+
+def test_license_table_keeps_its_largest_rows_and_sums_the_rest():
+    variants = [("cc-by-nc", f"cc-by-nc-{i}", n) for i, n in enumerate([5, 1, 9, 3, 3])]
+    rows = collapsed_license_rows(variants, top=2)
+    assert rows == [["cc-by-nc", "cc-by-nc-2", "9"], ["cc-by-nc", "cc-by-nc-0", "5"],
+                    ["other", "3 more variants", "7"]]
+    assert collapsed_license_rows(variants[:2], top=2) == [
+        ["cc-by-nc", "cc-by-nc-0", "5"], ["cc-by-nc", "cc-by-nc-1", "1"]]
+    json.dumps(rows)
