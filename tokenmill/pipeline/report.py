@@ -350,6 +350,7 @@ def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManif
     Returns:
         ``""`` when every count is exact, else one sentence saying how many were encoded.
     """
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     if not rows:
@@ -362,7 +363,8 @@ def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManif
     groups = [(r.get("source"), r.get("stage")) for r in rows]
     stride = max(1, -(-total // max(budget, 1)))
     sample = _systematic_sample(groups, has_text, stride).tolist()
-    texts = [t or "" for t in text.take(sample).to_pylist()]
+    # typed indices: an empty sample (no quarantined row has text) must not infer `null`
+    texts = [t or "" for t in text.take(pa.array(sample, pa.int64())).to_pylist()]
     cap = max(256, budget // max(1, len(sample))) if stride > 1 else None
     pieces = [t if cap is None or len(t) <= cap else t[:cap] for t in texts]
     counts = _token_counter(manifest)(pieces)
