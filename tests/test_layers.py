@@ -32,6 +32,8 @@ PKG = REPO / "tokenmill"
 LAYERS: dict[str, int] = {
     "": 0,  # tokenmill/__init__.py
     "atomic": 0,
+    "boundedyaml": 0,
+    "outputlock": 0,
     "errors": 0,
     "raysession": 0,
     "tokenizers": 1,

@@ -42,6 +42,8 @@ from pydantic import (
     model_validator,
 )
 
+from tokenmill import boundedyaml
+
 # Per-document Creative Commons licenses that are not usable for training a model
 # that may be used commercially or whose outputs are derivatives: non-commercial (nc)
 # and no-derivatives (nd). Matched as whole words in the normalized license id.
@@ -293,7 +295,7 @@ def load_datamix(
     """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = boundedyaml.load(path.read_text(), str(path))
     except yaml.YAMLError as e:  # one line, with where the parser stopped
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""

@@ -19,8 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from tokenmill.pipeline.card import CardError, front_matter
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.license import LicenseError, check_source_licenses
 from tokenmill.pipeline.readers import is_data_file, printable_name
@@ -54,22 +53,26 @@ class ResolvedSource:
 
 
 def read_card_license(folder: Path) -> str | None:
-    """The ``license`` of a dataset card's YAML front matter, lowercased, or ``None``."""
+    """The ``license`` of a dataset card's YAML front matter, lowercased, or ``None``.
+
+    Raises:
+        SourceError: the card is over the limits of :mod:`tokenmill.pipeline.card` (size,
+            aliases, depth) or its YAML does not parse (one line naming it).
+    """
     card = folder / _CARD
-    if not card.exists():
-        return None
-    text = card.read_text(encoding="utf-8", errors="replace")
-    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
-    if not m:
+    if not card.is_file():
         return None
     try:
-        meta = yaml.safe_load(m.group(1)) or {}
-    except yaml.YAMLError as e:
-        raise SourceError(f"{card}: unreadable YAML front matter: {e}") from e
+        meta = front_matter(card) or {}
+    except CardError as e:
+        raise SourceError(str(e)) from None
     lic = meta.get("license")
     if isinstance(lic, list):
         lic = lic[0] if len(lic) == 1 else "+".join(map(str, lic))
-    return str(lic).strip().lower() if lic is not None else None
+    if lic is not None and not isinstance(lic, str | int | float):
+        raise SourceError(f"{card}: license must be a name or a list of names, got a "
+                          f"{type(lic).__name__}")
+    return str(lic).strip().lower()[:200] if lic is not None else None
 
 
 def _list_files(root: Path) -> tuple[list[str], list[str]]:
@@ -175,7 +178,8 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
             raise SourceError(f"source {src.name!r}: folder {root} does not exist")
         revision = None
         origin = src.path
-    license_ = (src.license or read_card_license(root) or "").lower()
+    card_license = read_card_license(root)  # read even when unused: within its limits
+    license_ = (src.license or card_license or "").lower()
     if not license_:
         raise MissingLicenseError(f"source {src.name!r}: no license in {root / _CARD} and "
                                   "none set in the datamix file", card=root / _CARD)
