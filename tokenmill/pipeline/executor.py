@@ -229,6 +229,7 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
         prepared = [(b.prepare_info, b.tokenize_info) for b in blocks if b.source is src]
         files = _input_files(src, [u for u in plan if u.source is src])
         entries.append(source_entry(src, prepared, w, files))
+        warnings += link_warnings(src)
         warnings += source_warnings(entries[-1], file_documents(
             src.files, [p for p, _ in prepared]), cfg.checks.max_quarantine_share)
     manifest = DatamixManifest(
@@ -240,6 +241,14 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
     res.input_bytes = sum(f.size for e in entries for f in e.files)
     res.hash_seconds = sum(u.hash_seconds for u in plan)
     return res
+
+
+def link_warnings(src: ResolvedSource) -> list[CurationWarning]:
+    """One ``skipped_link`` warning per link of ``src`` that was not followed."""
+    return [CurationWarning(
+        kind="skipped_link", source=src.name, file=printable_name(k.rel),
+        message=f"source {src.name!r}: not read: {printable_name(k.rel)} is a link to "
+                f"{printable_name(k.target)} ({k.why})") for k in src.skipped_links]
 
 
 def _input_files(src: ResolvedSource, units: list[Unit]) -> list[InputFile]:

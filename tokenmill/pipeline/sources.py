@@ -14,6 +14,7 @@ a filled cache runs exactly the calls a networked one does.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,9 +23,11 @@ from pathlib import Path
 from tokenmill.pipeline.card import CardError, front_matter
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.license import LicenseError, check_source_licenses
+from tokenmill.pipeline.links import SkippedLink, walk_files
 from tokenmill.pipeline.readers import is_data_file, printable_name
 
 _CARD = "README.md"
+log = logging.getLogger(__name__)
 
 
 class SourceError(ValueError):
@@ -50,6 +53,7 @@ class ResolvedSource:
     files: list[str]  # posix paths relative to root, sorted
     skipped_files: list[str] = field(default_factory=list)
     config: SourceConfig | None = None
+    skipped_links: list[SkippedLink] = field(default_factory=list)
 
 
 def read_card_license(folder: Path) -> str | None:
@@ -75,19 +79,25 @@ def read_card_license(folder: Path) -> str | None:
     return str(lic).strip().lower()[:200] if lic is not None else None
 
 
-def _list_files(root: Path) -> tuple[list[str], list[str]]:
+def _list_files(root: Path, allowed: tuple[Path, ...] = ()
+                ) -> tuple[list[str], list[str], list[SkippedLink]]:
+    """(data files, other files (printable, only reported), links not followed) of a
+    source folder; a link is read only when it points to a file inside ``root`` or
+    ``allowed`` (:mod:`tokenmill.pipeline.links`)."""
     files, skipped = [], []
-    for p in sorted(root.rglob("*")):
-        if not p.is_file():
-            continue
-        rel = p.relative_to(root).as_posix()
+    found, links = walk_files(root, allowed)
+    for rel in found:
         if rel == _CARD or any(part.startswith(".") for part in Path(rel).parts):
             continue
         if is_data_file(rel):
             files.append(rel)  # as the file system gave it: the readers open it
         else:
             skipped.append(printable_name(rel))  # only reported: valid UTF-8
-    return files, skipped
+    links = [k for k in links if not any(p.startswith(".") for p in Path(k.rel).parts)]
+    for k in links:
+        log.warning("not read: %s is a link to %s (%s)", printable_name(root / k.rel),
+                    printable_name(k.target), k.why)
+    return files, skipped, links
 
 
 _SHA = re.compile(r"[0-9a-f]{40}")
@@ -183,7 +193,8 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
     if not license_:
         raise MissingLicenseError(f"source {src.name!r}: no license in {root / _CARD} and "
                                   "none set in the datamix file", card=root / _CARD)
-    files, skipped = _list_files(root)
+    blobs = (root.parent.parent / "blobs",) if src.hub is not None else ()
+    files, skipped, links = _list_files(root, blobs)  # a Hub snapshot links into its blobs
     if src.hub is not None and (src.config is not None or src.split is not None):
         files, skipped = _dataset_files(root, src), []
     elif src.allow_patterns and src.hub is None:
@@ -195,7 +206,7 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
     return ResolvedSource(
         name=src.name, root=root, origin=origin, revision=revision, license=license_,
         per_document_license=src.document_license is not None, files=files,
-        skipped_files=skipped, config=src,
+        skipped_files=skipped, config=src, skipped_links=links,
     )
 
 
