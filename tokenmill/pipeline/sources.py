@@ -173,7 +173,14 @@ def hub_origin(src: SourceConfig) -> str:
 
 
 def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
-    """Locate a source's files and license. Raises :class:`SourceError` naming the source."""
+    """Locate a source's files and license. A local ``path`` is relative to the data root
+    and may not leave it (``../``, or a link out of it), unless it is written as an
+    absolute path; the manifest's ``origin`` records it as given.
+
+    Raises:
+        SourceError: naming the source (missing folder, a relative path out of the data
+            root, no license, no data files, a card over its limits).
+    """
     if src.hub is not None:
         try:
             root, revision = _snapshot(src)
@@ -182,8 +189,12 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
                               f"({type(e).__name__}: {e})") from e
         origin = hub_origin(src)
     else:
-        base = Path(cfg.data_root) if cfg.data_root else Path.cwd()
+        base = (Path(cfg.data_root) if cfg.data_root else Path.cwd()).resolve()
         root = (base / src.path).resolve()
+        if not Path(src.path).is_absolute() and not root.is_relative_to(base):
+            raise SourceError(f"source {src.name!r}: path {src.path!r} leads to {root}, "
+                              f"outside the data root {base}; write a folder outside it as "
+                              "an absolute path")
         if not root.is_dir():
             raise SourceError(f"source {src.name!r}: folder {root} does not exist")
         revision = None
