@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from tokenmill.outputlock import output_lock
     from tokenmill.pipeline.config import load_datamix
     from tokenmill.pipeline.executor import run_datamix
     from tokenmill.pipeline.license import LicenseError
@@ -36,8 +37,10 @@ def _run(args: argparse.Namespace) -> int:
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
     print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer {cfg.tokenizer}, "
           f"data root {cfg.data_root}, output {cfg.output_dir}")
-    # the report's plot workers load matplotlib while the pipeline runs
-    with contextlib.nullcontext() if args.no_report else PlotWorkers(2) as plot_workers:
+    # the lock covers the report and the text written after the manifest; the report's
+    # plot workers load matplotlib while the pipeline runs
+    with output_lock(cfg.output_dir), (
+            contextlib.nullcontext() if args.no_report else PlotWorkers(2)) as plot_workers:
         try:
             res = run_datamix(cfg, ray_address=args.ray_address, num_cpus=args.num_cpus,
                               progress=not args.quiet)

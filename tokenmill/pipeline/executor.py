@@ -42,6 +42,7 @@ from tokenmill.manifests.schema import (
     QuarantineEntry,
 )
 from tokenmill.manifests.shards import version_for_vocab
+from tokenmill.outputlock import output_lock
 from tokenmill.pipeline import blocks as block_work
 from tokenmill.pipeline import stages
 from tokenmill.pipeline.accounting import file_documents, source_entry, source_warnings
@@ -139,15 +140,18 @@ def run_datamix(
 ) -> RunResult:
     """Curate a datamix into shards + manifest under ``cfg.output_dir``.
 
+    Holds the output folder's lock (:mod:`tokenmill.outputlock`) while it runs.
+
     Raises:
         SourceError / LicenseError: before any work, naming the source (and license).
+        OutputLockedError: another run holds the output folder (names it).
     """
     t0 = time.perf_counter()
     tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
     sources = resolve_sources(cfg)
     out_dir = Path(cfg.output_dir).resolve()
     plan = plan_units(cfg, sources)
-    with ray_session(ray_address, num_cpus):
+    with output_lock(out_dir), ray_session(ray_address, num_cpus):
         return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
 
 
