@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def _run(args: argparse.Namespace) -> int:
     from tokenmill.outputlock import output_lock
     from tokenmill.pipeline.config import load_datamix
-    from tokenmill.pipeline.executor import run_datamix
+    from tokenmill.pipeline.executor import run_datamix, tokenizer_change
     from tokenmill.pipeline.license import LicenseError
     from tokenmill.pipeline.report_plots import PlotWorkers
     from tokenmill.pipeline.sources import SourceError
@@ -41,6 +41,12 @@ def _run(args: argparse.Namespace) -> int:
     # plot workers load matplotlib while the pipeline runs
     with output_lock(cfg.output_dir), (
             contextlib.nullcontext() if args.no_report else PlotWorkers(2)) as plot_workers:
+        change = tokenizer_change(cfg)
+        if change and args.strict:
+            print(f"tokenmill: {change} (refused under --strict)", file=sys.stderr)
+            return 2
+        if change:
+            print(f"tokenmill: warning: {change}", file=sys.stderr)
         try:
             res = run_datamix(cfg, ray_address=args.ray_address, num_cpus=args.num_cpus,
                               progress=not args.quiet)

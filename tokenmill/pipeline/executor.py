@@ -24,6 +24,7 @@ finished blocks and stages.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -153,6 +154,24 @@ def run_datamix(
     plan = plan_units(cfg, sources)
     with output_lock(out_dir), ray_session(ray_address, num_cpus):
         return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
+
+
+def tokenizer_change(cfg: DatamixConfig) -> str | None:
+    """One line when ``cfg``'s output folder holds a manifest made with another tokenizer
+    identity than the one this run loads (its shards would be re-tokenized and the manifest
+    would record the new identity); ``None`` otherwise (no manifest, same tokenizer)."""
+    path = Path(cfg.output_dir).resolve() / MANIFEST_NAME
+    try:
+        recorded = TokenizerIdentity.model_validate(
+            json.loads(path.read_text(encoding="utf-8"))["tokenizer"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no earlier manifest, or one that cannot say
+    loaded = identity(cfg.tokenizer)
+    if recorded == loaded:
+        return None
+    return (f"output folder {path.parent} holds data made with tokenizer {recorded.short()}, "
+            f"this run loads {loaded.short()}: every shard is re-tokenized and its manifest "
+            f"will record {loaded.short()}")
 
 
 def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:
