@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "boundedyaml": 0,
     "outputlock": 0,
     "errors": 0,
+    "failures": 0,
     "raysession": 0,
     "tokenizers": 1,
     "manifests": 2,

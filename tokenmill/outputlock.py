@@ -74,8 +74,13 @@ def _try_create(path: Path) -> bool:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as f:
-        json.dump(_me(), f)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_me(), f)
+    except BaseException:  # a full disk, say: never leave an empty lock behind
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
     return True
 
 
@@ -113,13 +118,21 @@ def acquire(out_dir: str | os.PathLike) -> Path:
             time.sleep(0.05)  # its holder is writing it
             continue
         mine = holder.get("host") == socket.gethostname()
-        if holder and mine and not _alive(holder):
+        if (holder and mine and not _alive(holder)) or (not holder and _age(path) > 10):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # stale: its holder died without removing it
             continue
         raise OutputLockedError(f"output folder {out} is in use by another run: "
                                 + _describe(holder, path))
     raise OutputLockedError(f"output folder {out}: could not take its lock {path}")
+
+
+def _age(path: Path) -> float:
+    """Seconds since ``path`` was last written (0 when it is gone)."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def release(path: Path) -> None:

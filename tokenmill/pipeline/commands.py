@@ -18,12 +18,8 @@ if TYPE_CHECKING:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tokenmill.outputlock import output_lock
+    from tokenmill.failures import disk_full_line
     from tokenmill.pipeline.config import load_datamix
-    from tokenmill.pipeline.executor import run_datamix, tokenizer_change
-    from tokenmill.pipeline.license import LicenseError
-    from tokenmill.pipeline.report_plots import PlotWorkers
-    from tokenmill.pipeline.sources import SourceError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     datamix = args.datamix
@@ -37,6 +33,25 @@ def _run(args: argparse.Namespace) -> int:
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
     print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer {cfg.tokenizer}, "
           f"data root {cfg.data_root}, output {cfg.output_dir}")
+    try:
+        return _run_locked(args, cfg)
+    except Exception as e:  # a full disk is named by the output folder, in one line
+        line = None if os.environ.get("TOKENMILL_DEBUG") == "1" else disk_full_line(
+            e, Path(cfg.output_dir).resolve())
+        if line is None:
+            raise
+        print(f"tokenmill: {line}", file=sys.stderr)
+        return 2
+
+
+def _run_locked(args: argparse.Namespace, cfg: DatamixConfig) -> int:
+    """The run, its report and text, holding the output folder's lock."""
+    from tokenmill.outputlock import output_lock
+    from tokenmill.pipeline.executor import run_datamix, tokenizer_change
+    from tokenmill.pipeline.license import LicenseError
+    from tokenmill.pipeline.report_plots import PlotWorkers
+    from tokenmill.pipeline.sources import SourceError
+
     # the lock covers the report and the text written after the manifest; the report's
     # plot workers load matplotlib while the pipeline runs
     with output_lock(cfg.output_dir), (
