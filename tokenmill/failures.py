@@ -21,11 +21,18 @@ _NO_SPACE = {errno.ENOSPC, errno.EDQUOT, getattr(errno, "EFBIG", -1)}
 _NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded", "OutOfDiskError",
                   "out of disk", "File too large")
 _QUOTED_PATH = re.compile(r"""['"](/[^'"\n]+)['"]""")
+# an intermediate of a run: OUT/work/<stage>/.../<hex digest><suffix>
+_WORK_FILE = re.compile(r"[/\\]work[/\\][\w.-]+[/\\](?:.+[/\\])?[0-9a-f]{16,}[\w.-]*$")
+
+
+def is_ray_wrapper(e: BaseException) -> bool:
+    """A Ray task error: its message is the worker's traceback, its ``cause`` the error."""
+    return any("RayTaskError" in t.__name__ for t in type(e).__mro__)
 
 
 def causes(e: BaseException) -> Iterator[BaseException]:
-    """``e`` and every error it wraps: a Ray task error's ``cause``, ``__cause__`` and
-    ``__context__``, at most 16 deep."""
+    """Every error ``e`` is or wraps, Ray task errors left out (their ``cause`` is given
+    instead): ``__cause__`` and ``__context__`` followed, at most 16 deep."""
     seen: set[int] = set()
     todo = [e]
     while todo and len(seen) < 16:
@@ -33,7 +40,8 @@ def causes(e: BaseException) -> Iterator[BaseException]:
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        yield x
+        if not is_ray_wrapper(x) or getattr(x, "cause", None) is None:
+            yield x
         todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
 
 
@@ -102,7 +110,7 @@ def failure_line(e: BaseException, folder: str | os.PathLike | None = None) -> s
             return f"{_path_of(x) or folder or 'a file'}: permission denied"
     for x in causes(e):
         path = _path_of(x)
-        if path and f"{os.sep}work{os.sep}" in path:
+        if path and _WORK_FILE.search(path):
             if isinstance(x, FileNotFoundError) or "No such file" in str(x):
                 return (f"work file {path} is missing (removed while the run ran?); rerun "
                         "the command: it recomputes what is missing")

@@ -180,7 +180,7 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
     for u in plan:
         sc = u.source.config
         specs.append({
-            "source": u.source.name, "text_field": sc.text_field,
+            "source": u.source.name, "text_field": sc.text_key,
             "max_document_bytes": cfg.max_document_bytes, "limit": sc.max_documents,
             "block_documents": cfg.block_documents,
             "work": str(work), "root": str(u.source.root),

@@ -65,9 +65,17 @@ def is_whole_file(rel: str) -> bool:
 
 
 def printable_name(name: str | Path) -> str:
-    """A file name as valid UTF-8: bytes the file system gave that are not UTF-8 (held as
-    surrogate escapes by Python) are written as ``\\xNN``."""
-    return str(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A file name as valid UTF-8 on one line: bytes the file system gave that are not
+    UTF-8 (held as surrogate escapes by Python) are written as ``\\xNN``, and control
+    characters (a newline, a tab, C1 controls, line separators) as Python writes them in
+    a string literal (``\\n``, ``\\x1b``, ``\\u2028``), so a name never splits or
+    recolours a line of output."""
+    text = str(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text.translate(_CONTROL_ESCAPES)
+
+
+_CONTROL_ESCAPES = {c: repr(chr(c))[1:-1] for c in
+                    [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
 
 
 def doc_key(source: str, rel: str, row: int) -> str:

@@ -162,6 +162,30 @@ def _dataset_files(root: Path, src: SourceConfig) -> list[str]:
     return rels
 
 
+def _check_text_columns(root: Path, files: list[str], src: SourceConfig) -> None:
+    """Every parquet file of the source holds its text column (read from the footers).
+
+    Raises:
+        SourceError: one line naming the first file without it and the columns it has.
+    """
+    import pyarrow.parquet as pq
+
+    column = src.text_key
+    for rel in files:
+        if not rel.lower().endswith(".parquet"):
+            continue
+        try:
+            names = pq.read_schema(root / rel).names
+        except Exception:  # noqa: BLE001 (a corrupt file is quarantined by its reader)
+            continue
+        if column not in names:
+            shown = ", ".join(printable_name(n) for n in names[:20])
+            more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+            raise SourceError(f"source {src.name!r}: {printable_name(rel)} has no column "
+                              f"{column!r} (its columns: {shown}{more}); name the text "
+                              "column with `text_column:` on the source")
+
+
 def hub_origin(src: SourceConfig) -> str:
     """A Hub source's ``origin`` in the manifest: ``hub:org/name``, and for a dataset
     config/split ``hub:org/name?config=CONFIG&split=SPLIT`` (the revision is recorded
@@ -214,6 +238,7 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
     if not files:
         raise SourceError(f"source {src.name!r}: no readable data files under {root}")
+    _check_text_columns(root, files, src)
     return ResolvedSource(
         name=src.name, root=root, origin=origin, revision=revision, license=license_,
         per_document_license=src.document_license is not None, files=files,
