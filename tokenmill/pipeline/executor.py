@@ -102,14 +102,48 @@ class RunResult:
         return self.manifest.warnings
 
 
+#: A row-format file smaller than this is read in a unit with its neighbours (in name
+#: order), up to :data:`GROUP_BYTES` or :data:`GROUP_FILES` files: a task and a block per
+#: small file cost more than reading it.
+SMALL_FILE_BYTES = 4 << 20
+GROUP_BYTES = 16 << 20
+GROUP_FILES = 256
+
+
+def _row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
+    """Row-format files in units: a file of :data:`SMALL_FILE_BYTES` or more alone, runs
+    of smaller ones (in name order) together up to :data:`GROUP_BYTES` / :data:`GROUP_FILES`."""
+    groups: list[list[str]] = []
+    run: list[str] = []
+    size = 0
+    for f in rows:
+        try:
+            n = (src.root / f).stat().st_size
+        except OSError:
+            n = SMALL_FILE_BYTES  # its task reports it; planned alone
+        if n >= SMALL_FILE_BYTES:
+            if run:
+                groups.append(run)
+            groups.append([f])
+            run, size = [], 0
+            continue
+        if run and (size + n > GROUP_BYTES or len(run) >= GROUP_FILES):
+            groups.append(run)
+            run, size = [], 0
+        run.append(f)
+        size += n
+    return groups + ([run] if run else [])
+
+
 def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
-    """Split every source into units: each row-format file alone; whole-file documents
-    in groups of ``files_per_block``. The plan depends only on the file lists."""
+    """Split every source into units: each large row-format file alone, small ones
+    grouped (:func:`_row_groups`); whole-file documents in groups of ``files_per_block``.
+    The plan depends only on the file lists and their sizes."""
     out = []
     for src in sources:
         whole = [f for f in src.files if is_whole_file(f)]
         rows = [f for f in src.files if not is_whole_file(f)]
-        groups = [[f] for f in rows]
+        groups = _row_groups(src, rows)
         groups += [whole[i : i + cfg.files_per_block]
                    for i in range(0, len(whole), cfg.files_per_block)]
         for files in sorted(groups):
