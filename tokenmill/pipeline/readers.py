@@ -51,6 +51,9 @@ _CHUNK = 1 << 20
 # compressed bytes fed to zstd at once: zstd expands at most ~32,768x (a run-length block),
 # so one call yields at most ~256 MiB, whatever the file holds
 _ZSTD_INPUT = 8192
+#: The most decompressed bytes of a file read as one JSON value (an array of records) are
+#: this or a line's cap, whichever is more; past it the file is quarantined as too_large.
+MAX_VALUE_BYTES = 1 << 28
 _KEPT_BYTES = 1_000_000  # of a row too large to read, its first bytes go to quarantine
 
 
@@ -368,7 +371,7 @@ def _read_json_value(path: Path, ctx: _RowContext, limit: int | None) -> Iterato
 
 def _value_cap(max_bytes: int) -> int:
     """The most bytes of a file read as one JSON value (an array of many documents)."""
-    return max(_line_cap(max_bytes), 1 << 28)
+    return max(_line_cap(max_bytes), MAX_VALUE_BYTES)
 
 
 def _iter_array(s: str, pos: int, ctx: _RowContext) -> Iterator:
