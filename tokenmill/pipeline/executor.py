@@ -108,19 +108,28 @@ class RunResult:
 SMALL_FILE_BYTES = 4 << 20
 GROUP_BYTES = 16 << 20
 GROUP_FILES = 256
+#: A source with fewer small files keeps one unit per file: a change to one file then
+#: redoes only its own block, and the few tasks cost little.
+GROUP_MIN_FILES = 16
 
 
-def _row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
+def row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
     """Row-format files in units: a file of :data:`SMALL_FILE_BYTES` or more alone, runs
-    of smaller ones (in name order) together up to :data:`GROUP_BYTES` / :data:`GROUP_FILES`."""
+    of smaller ones (in name order) together up to :data:`GROUP_BYTES` / :data:`GROUP_FILES`
+    (when the source has at least :data:`GROUP_MIN_FILES` small files)."""
+    sizes = {}
+    for f in rows:
+        try:
+            sizes[f] = (src.root / f).stat().st_size
+        except OSError:
+            sizes[f] = SMALL_FILE_BYTES  # its task reports it; planned alone
+    if sum(1 for n in sizes.values() if n < SMALL_FILE_BYTES) < GROUP_MIN_FILES:
+        return [[f] for f in rows]
     groups: list[list[str]] = []
     run: list[str] = []
     size = 0
     for f in rows:
-        try:
-            n = (src.root / f).stat().st_size
-        except OSError:
-            n = SMALL_FILE_BYTES  # its task reports it; planned alone
+        n = sizes[f]
         if n >= SMALL_FILE_BYTES:
             if run:
                 groups.append(run)
@@ -137,13 +146,13 @@ def _row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
 
 def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
     """Split every source into units: each large row-format file alone, small ones
-    grouped (:func:`_row_groups`); whole-file documents in groups of ``files_per_block``.
+    grouped (:func:`row_groups`); whole-file documents in groups of ``files_per_block``.
     The plan depends only on the file lists and their sizes."""
     out = []
     for src in sources:
         whole = [f for f in src.files if is_whole_file(f)]
         rows = [f for f in src.files if not is_whole_file(f)]
-        groups = _row_groups(src, rows)
+        groups = row_groups(src, rows)
         groups += [whole[i : i + cfg.files_per_block]
                    for i in range(0, len(whole), cfg.files_per_block)]
         for files in sorted(groups):
