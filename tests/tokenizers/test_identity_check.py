@@ -8,6 +8,7 @@ from tokenmill.tokenizers import (
     TokenizerIdentity,
     TokenizerMismatchError,
     check_identity,
+    check_installed,
     identity,
     load_checked,
 )
@@ -29,3 +30,11 @@ def test_a_drifted_tokenizer_is_refused_naming_both_identities():
     assert load_checked(real, "x").n_vocab == real.n_vocab
     with pytest.raises(TokenizerMismatchError):
         load_checked(drifted, "x")
+
+
+def test_consumers_without_tokenizer_files_are_not_stopped_but_a_drift_is():
+    real = identity("gpt2")
+    assert check_installed(real, "mix.json")
+    assert not check_installed({**real.model_dump(), "name": "no-such-encoding"}, "mix.json")
+    with pytest.raises(TokenizerMismatchError, match="mix.json"):
+        check_installed(real.model_copy(update={"ranks_sha256": "0" * 64}), "mix.json")

@@ -243,13 +243,9 @@ def _read_sidecars(out: Path, manifest: DatamixManifest) -> dict[str, dict[str, 
 def _check_tokenizer(manifest: DatamixManifest, where: Path) -> None:
     """The manifest's tokenizer against the installed one, when it can be loaded at all
     (offline without its files, the report estimates token counts instead)."""
-    from tokenmill.tokenizers import check_identity, identity
+    from tokenmill.tokenizers import check_installed
 
-    try:
-        loaded = identity(manifest.tokenizer.name)
-    except (RuntimeError, ValueError):
-        return
-    check_identity(manifest.tokenizer, loaded, str(where))
+    check_installed(manifest.tokenizer, str(where))
 
 
 def _token_counter(manifest: DatamixManifest, where: str = "the run's manifest"):

@@ -114,6 +114,25 @@ def check_identity(recorded: TokenizerIdentity | dict, loaded: TokenizerIdentity
         "tokenizer files the data was made with")
 
 
+def check_installed(recorded: TokenizerIdentity | dict, where: str) -> bool:
+    """:func:`check_identity` of ``recorded`` against the installed tokenizer of its name,
+    for consumers that read token ids without decoding them (mixes, exports, the trainer):
+    when no tokenizer files of that name can be loaded at all (an offline training machine
+    without a tiktoken cache) there is nothing to mismatch, and ``False`` is returned.
+
+    Raises:
+        TokenizerMismatchError: the installed tokenizer is another one (names both).
+    """
+    if isinstance(recorded, dict):
+        recorded = TokenizerIdentity.model_validate(recorded)
+    try:
+        loaded = identity(recorded.name)
+    except (RuntimeError, ValueError):  # files unavailable, or a name tiktoken lacks
+        return False
+    check_identity(recorded, loaded, where)
+    return True
+
+
 def load_checked(recorded: TokenizerIdentity | dict, where: str) -> tiktoken.Encoding:
     """The encoding named by ``recorded``, after :func:`check_identity` with it.
 
