@@ -33,7 +33,10 @@ LAYERS: dict[str, int] = {
     "": 0,  # tokenmill/__init__.py
     "atomic": 0,
     "cliargs": 0,
+    "boundedyaml": 0,
+    "outputlock": 0,
     "errors": 0,
+    "failures": 0,
     "raysession": 0,
     "tokenizers": 1,
     "manifests": 2,

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from tokenmill import __version__
 from tokenmill.errors import MAX_ERROR_LINES, error_lines
+from tokenmill.failures import causes, failure_line
 from tokenmill.manifests import commands as manifests_commands
 from tokenmill.ngram import commands as ngram_commands
 from tokenmill.pipeline import commands as pipeline_commands
@@ -89,19 +90,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = args.func(args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        if os.environ.get("TOKENMILL_DEBUG") == "1":
+            raise
+        print("tokenmill: interrupted (Ctrl-C); a rerun resumes from the finished work",
+              file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `tokenmill manifest show OUT | head`
         sys.stderr.close()
         return 0
-    except (ValueError, RuntimeError, FileNotFoundError, FileExistsError,
-            NotADirectoryError, IsADirectoryError, PermissionError) as e:
+    except Exception as e:
         if os.environ.get("TOKENMILL_DEBUG") == "1":
             raise
-        lines = format_error(e)
+        line = failure_line(e)
+        user = _user_error(e) if line is None else None
+        if line is None and user is None:
+            raise
+        lines = [line] if line is not None else format_error(user)
         print("tokenmill: " + "\n".join(lines), file=sys.stderr)
         return 2
     return int(rc or 0)
+
+
+#: Errors a user can fix: printed as at most three lines, exit status 2.
+USER_ERRORS = (ValueError, RuntimeError, FileNotFoundError, FileExistsError,
+               NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _user_error(e: BaseException) -> BaseException | None:
+    """The user error ``e`` is or a Ray task raised (a Ray task error is printed as its
+    cause, never as the worker's traceback), else ``None``."""
+    for x in causes(e):
+        if any("RayTaskError" in t.__name__ for t in type(x).__mro__):
+            continue  # its cause follows
+        if isinstance(x, USER_ERRORS):
+            return x
+        return None
+    return None
 
 
 if __name__ == "__main__":

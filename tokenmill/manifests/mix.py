@@ -54,6 +54,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tokenmill import boundedyaml
 from tokenmill.atomic import sha256_bytes, sha256_file
 from tokenmill.errors import error_lines
 from tokenmill.manifests.mixschema import (
@@ -179,7 +180,7 @@ def load_spec(path: str | os.PathLike) -> MixSpec:
     p = Path(path)
     text = p.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        data = boundedyaml.load(text, str(p))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

@@ -130,14 +130,15 @@ class SourceEntry(_Model):
     )
 
 
-WarningKind = Literal["empty_file", "empty_source", "quarantine_share"]
+WarningKind = Literal["empty_file", "empty_source", "quarantine_share", "skipped_link"]
 
 
 class CurationWarning(_Model):
     """An outcome a user must not miss (``tokenmill run --strict`` makes it an error):
     ``empty_file`` (a data file yields no document), ``empty_source`` (a source keeps no
     document), ``quarantine_share`` (more of a source's rows quarantined than the
-    datamix's ``checks.max_quarantine_share``)."""
+    datamix's ``checks.max_quarantine_share``), ``skipped_link`` (a symbolic link in a
+    source folder pointing outside it, to a missing target or in a loop: not read)."""
 
     kind: WarningKind = Field(description="empty_file, empty_source or quarantine_share")
     source: str = Field(description="the source it is about")

@@ -75,10 +75,10 @@ def describe_manifest(path: str | Path) -> str:
     return head + "\n\n" + summary_table(m)
 
 
-def _listing_manifest(shard: Path) -> tuple[str, str] | None:
-    """(tokenizer name, where from) recorded beside ``shard``: the nearest enclosing curation
-    ``manifest.json`` that lists it, else an ``export.json`` in its folder (a modded-nanogpt
-    export); ``None`` when there is neither."""
+def _listing_manifest(shard: Path) -> tuple[str, str, dict | None] | None:
+    """(tokenizer name, where from, its recorded identity) beside ``shard``: the nearest
+    enclosing curation ``manifest.json`` that lists it, else an ``export.json`` in its
+    folder (a modded-nanogpt export); ``None`` when there is neither."""
     target = shard.resolve()
     for parent in target.parents:
         mpath = parent / MANIFEST_NAME
@@ -88,15 +88,17 @@ def _listing_manifest(shard: Path) -> tuple[str, str] | None:
             except (ValueError, OSError):
                 continue
             if any((parent / s.path).resolve() == target for s in m.shards()):
-                return m.tokenizer.name, f"the curation manifest {mpath}"
+                return (m.tokenizer.name, f"the curation manifest {mpath}",
+                        m.tokenizer.model_dump())
     export = target.parent / "export.json"
     if export.is_file():
         try:
-            name = json.loads(export.read_text(encoding="utf-8"))["tokenizer"]["name"]
+            ident = json.loads(export.read_text(encoding="utf-8"))["tokenizer"]
+            name = ident["name"]
         except (ValueError, KeyError, TypeError, OSError):
             return None
-        return str(name), f"the export's {export}"
-    return None
+        full = ident if isinstance(ident, dict) and "ranks_sha256" in ident else None
+        return str(name), f"the export's {export}", full
 
 
 def implied_encoding(h: ShardHeader, tokens: np.ndarray) -> tuple[str, str]:
@@ -196,8 +198,10 @@ def inspect_shard(path: str | Path, tokenizer: str | None = None, docs: int = 3)
     Raises:
         ShardError: the file is not a shard (bad magic, version or length).
         ValueError: an unknown tokenizer name, or an unreadable sidecar.
+        TokenizerMismatchError: the manifest (or export) listing the shard records
+            another identity than the installed tokenizer of that name has.
     """
-    from tokenmill.tokenizers import get_encoding
+    from tokenmill.tokenizers import check_identity, get_encoding, identity
 
     p = Path(path)
     h = read_header(p)
@@ -218,8 +222,10 @@ def inspect_shard(path: str | Path, tokenizer: str | None = None, docs: int = 3)
         if recorded and recorded[0] != tokenizer:
             warnings.append(f"{recorded[1]} says {recorded[0]}, not {tokenizer}")
     else:
-        name, why = recorded if recorded else implied_encoding(h, tokens)
+        name, why = recorded[:2] if recorded else implied_encoding(h, tokens)
         why = f"from {why}" if recorded else why
+    if recorded and recorded[2] is not None and recorded[0] == name:
+        check_identity(recorded[2], identity(name), recorded[1].removeprefix("the "))
     enc = get_encoding(name)
     lines.append(f"tokenizer  {name} ({why})")
     lines.append(f"EOT        {int((tokens == enc.eot_token).sum()):,} tokens (id "

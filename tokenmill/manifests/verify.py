@@ -35,6 +35,7 @@ from tokenmill.manifests.schema import (
     load_manifest_as,
 )
 from tokenmill.manifests.shards import ShardError, read_header, sidecar_path
+from tokenmill.tokenizers import check_installed
 
 Kind = Literal["curation", "training-mix"]
 _MAX_NAMED = 8  # differing files named in one error line
@@ -212,10 +213,13 @@ def open_shards(path: str | os.PathLike, split: Literal["train", "val"] | None =
 
     Raises:
         ShardVerifyError: see the module docstring; one line naming the first bad file.
+        TokenizerMismatchError: the installed tokenizer of the manifest's tokenizer name
+            is not the one it records (:func:`tokenmill.tokenizers.check_installed`).
     """
     if split not in ("train", "val", None):
         raise ValueError(f"split must be 'train', 'val' or None, not {split!r}")
     mpath, m = read_manifest(path, kind)
+    check_installed(m.tokenizer, str(mpath))
     root = mpath.resolve().parent
     shards = listed_shards(m, root, split)
     if log:

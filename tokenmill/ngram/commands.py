@@ -106,10 +106,10 @@ def _build(args: argparse.Namespace) -> int:
 def _query(args: argparse.Namespace):
     """(index, encoding, query tokens) after printing the index line and token pieces."""
     from tokenmill.ngram.index import SuffixArrayIndex
-    from tokenmill.tokenizers import get_encoding
+    from tokenmill.tokenizers import load_checked
 
     index = SuffixArrayIndex(args.index)
-    enc = get_encoding(index.tokenizer.name)
+    enc = load_checked(index.tokenizer, f"n-gram index {index.folder}")
     toks = enc.encode_ordinary(args.text)
     print(_split_line(index))
     print(f"query         {args.text!r}: {len(toks)} tokens")
@@ -183,15 +183,17 @@ def _pairs(args: argparse.Namespace) -> int:
     table = None
     if args.table:  # opened before the shards are counted: a wrong path fails at once
         from tokenmill.manifests.verify import read_manifest
+        from tokenmill.tokenizers import check_identity, identity
 
-        _, man = read_manifest(args.manifest)
+        mpath, man = read_manifest(args.manifest)
+        check_identity(man.tokenizer, identity(man.tokenizer.name), str(mpath))
         table = LegalityTable.load(args.table, encoding=man.tokenizer)
     split = None if args.split == "all" else args.split
     obs = ObservedPairs.from_manifest(args.manifest, split=split, ray_address=args.ray_address,
                                       num_cpus=args.num_cpus, verify=not args.no_verify)
-    from tokenmill.tokenizers import get_encoding
+    from tokenmill.tokenizers import load_checked
 
-    enc = get_encoding(obs.identity.name)
+    enc = load_checked(obs.identity, str(args.manifest))
     print(f"adjacent pairs  {obs.total():,} ({len(obs):,} distinct), split {args.split}")
     for a, b, c in obs.top(args.top):
         print(f"  {c:>10,d}  {show_bytes(_token_bytes(enc, a))}({a}) -> "

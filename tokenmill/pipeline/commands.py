@@ -18,11 +18,8 @@ if TYPE_CHECKING:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from tokenmill.failures import disk_full_line
     from tokenmill.pipeline.config import load_datamix
-    from tokenmill.pipeline.read.license import LicenseError
-    from tokenmill.pipeline.read.sources import SourceError
-    from tokenmill.pipeline.report.plots import PlotWorkers
-    from tokenmill.pipeline.run.executor import run_datamix
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     datamix = args.datamix
@@ -36,8 +33,35 @@ def _run(args: argparse.Namespace) -> int:
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
     print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer {cfg.tokenizer}, "
           f"data root {cfg.data_root}, output {cfg.output_dir}")
-    # the report's plot workers load matplotlib while the pipeline runs
-    with contextlib.nullcontext() if args.no_report else PlotWorkers(2) as plot_workers:
+    try:
+        return _run_locked(args, cfg)
+    except Exception as e:  # a full disk is named by the output folder, in one line
+        line = None if os.environ.get("TOKENMILL_DEBUG") == "1" else disk_full_line(
+            e, Path(cfg.output_dir).resolve())
+        if line is None:
+            raise
+        print(f"tokenmill: {line}", file=sys.stderr)
+        return 2
+
+
+def _run_locked(args: argparse.Namespace, cfg: DatamixConfig) -> int:
+    """The run, its report and text, holding the output folder's lock."""
+    from tokenmill.outputlock import output_lock
+    from tokenmill.pipeline.read.license import LicenseError
+    from tokenmill.pipeline.read.sources import SourceError
+    from tokenmill.pipeline.report.plots import PlotWorkers
+    from tokenmill.pipeline.run.executor import run_datamix, tokenizer_change
+
+    # the lock covers the report and the text written after the manifest; the report's
+    # plot workers load matplotlib while the pipeline runs
+    with output_lock(cfg.output_dir), (
+            contextlib.nullcontext() if args.no_report else PlotWorkers(2)) as plot_workers:
+        change = tokenizer_change(cfg)
+        if change and args.strict:
+            print(f"tokenmill: {change} (refused under --strict)", file=sys.stderr)
+            return 2
+        if change:
+            print(f"tokenmill: warning: {change}", file=sys.stderr)
         try:
             res = run_datamix(cfg, ray_address=args.ray_address, num_cpus=args.num_cpus,
                               progress=not args.quiet)

@@ -42,6 +42,8 @@ from pydantic import (
     model_validator,
 )
 
+from tokenmill import boundedyaml
+
 # Per-document Creative Commons licenses that are not usable for training a model
 # that may be used commercially or whose outputs are derivatives: non-commercial (nc)
 # and no-derivatives (nd). Matched as whole words in the normalized license id.
@@ -91,9 +93,10 @@ class SourceConfig(_Model):
         "snapshot_download)")
     license: str | None = Field(default=None, description="overrides the dataset card's")
     weight: float = Field(default=1.0, ge=0.0, description="mixture weight")
-    text_field: str = Field(
-        default="text",
-        description="the column or JSON key holding the document text")
+    text_field: str = Field(default="text", description="the field (JSON) or column "
+                            "(parquet) holding the text")
+    text_column: str | None = Field(default=None, description="the same as text_field, "
+                                    "by its parquet name; give one of them")
     document_license: str | None = Field(
         default=None,
         description="'cc-attributes': per-document license from Dolma attributes "
@@ -120,6 +123,10 @@ class SourceConfig(_Model):
                              f"got {self.hub!r}")
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", self.name):
             raise ValueError(f"source name {self.name!r}: letters, digits, '.', '_', '-' only")
+        if self.text_column is not None and "text_field" in self.model_fields_set and \
+                self.text_field != self.text_column:
+            raise ValueError(f"source {self.name!r}: text_column {self.text_column!r} and "
+                             f"text_field {self.text_field!r} differ; give one of them")
         if self.hub is None and (self.config is not None or self.split is not None):
             raise ValueError(f"source {self.name!r}: 'config' and 'split' need a 'hub' source")
         for key in ("config", "split"):  # "" or a bare `split:` (null) would read as the
@@ -135,10 +142,15 @@ class SourceConfig(_Model):
         # config/split appear only when set, so that a datamix without them has the same
         # config (and sha256) as one written without these optional fields
         d = handler(self)
-        for key in ("config", "split"):
+        for key in ("config", "split", "text_column"):
             if d.get(key) is None:
                 d.pop(key, None)
         return d
+
+    @property
+    def text_key(self) -> str:
+        """The field or column holding the text (``text_column`` or ``text_field``)."""
+        return self.text_column or self.text_field
 
 
 class FilterConfig(_Model):
@@ -364,7 +376,7 @@ def load_datamix(
     """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = boundedyaml.load(path.read_text(), str(path))
     except yaml.YAMLError as e:  # one line, with where the parser stopped
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import os
 
 import tiktoken
 from pydantic import BaseModel, ConfigDict, Field
@@ -77,6 +78,75 @@ def identity(name: str) -> TokenizerIdentity:
     return TokenizerIdentity(
         name=name, ranks_sha256=ranks_sha256(enc), n_vocab=enc.n_vocab, eot_token=enc.eot_token
     )
+
+
+def _cache_note() -> str:
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR")
+    return f" (files from TIKTOKEN_CACHE_DIR={folder})" if folder else ""
+
+
+def check_identity(recorded: TokenizerIdentity | dict, loaded: TokenizerIdentity,
+                   where: str) -> None:
+    """Refuse tokens read with another tokenizer than the one that made them.
+
+    The one check every consumer of token ids makes (shards inspect, n-gram indexes and
+    queries, legality tables, mixes, exports, the trainer, the report) between the
+    identity its input records and the one of the tokenizer it loaded: a cache holding
+    other ranks under the same name (corrupted, hand-edited, another tiktoken version)
+    gives other text for the same ids, silently.
+
+    Args:
+        recorded: the identity the input records (a manifest's ``tokenizer``; a dict as
+            written in JSON is read as one).
+        loaded: :func:`identity` of the tokenizer about to be used.
+        where: the input that records it, for the message (``"out/manifest.json"``).
+
+    Raises:
+        TokenizerMismatchError: one line naming both identities and ``where``.
+    """
+    if isinstance(recorded, dict):
+        recorded = TokenizerIdentity.model_validate(recorded)
+    if recorded == loaded:
+        return
+    if recorded.name != loaded.name:
+        raise TokenizerMismatchError(
+            f"{where} records tokenizer {recorded.short()}, but {loaded.short()} was loaded")
+    raise TokenizerMismatchError(
+        f"{where} records tokenizer {recorded.short()}, but the {loaded.name} loaded here "
+        f"is {loaded.short()}{_cache_note()}: its ids would decode to other text; use the "
+        "tokenizer files the data was made with")
+
+
+def check_installed(recorded: TokenizerIdentity | dict, where: str) -> bool:
+    """:func:`check_identity` of ``recorded`` against the installed tokenizer of its name,
+    for consumers that read token ids without decoding them (mixes, exports, the trainer):
+    when no tokenizer files of that name can be loaded at all (an offline training machine
+    without a tiktoken cache) there is nothing to mismatch, and ``False`` is returned.
+
+    Raises:
+        TokenizerMismatchError: the installed tokenizer is another one (names both).
+    """
+    if isinstance(recorded, dict):
+        recorded = TokenizerIdentity.model_validate(recorded)
+    try:
+        loaded = identity(recorded.name)
+    except (RuntimeError, ValueError):  # files unavailable, or a name tiktoken lacks
+        return False
+    check_identity(recorded, loaded, where)
+    return True
+
+
+def load_checked(recorded: TokenizerIdentity | dict, where: str) -> tiktoken.Encoding:
+    """The encoding named by ``recorded``, after :func:`check_identity` with it.
+
+    Raises:
+        TokenizerMismatchError: the loaded encoding is not the recorded one.
+        ValueError / RuntimeError: as :func:`get_encoding`.
+    """
+    if isinstance(recorded, dict):
+        recorded = TokenizerIdentity.model_validate(recorded)
+    check_identity(recorded, identity(recorded.name), where)
+    return get_encoding(recorded.name)
 
 
 def check_same(expected: TokenizerIdentity, got: TokenizerIdentity, what: str) -> None:

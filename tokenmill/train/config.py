@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tokenmill import boundedyaml
 from tokenmill.errors import MAX_ERROR_LINES, field_lines
 
 
@@ -179,7 +180,8 @@ class TrainConfig(BaseModel):
         p = Path(path)
         text = p.read_text()
         try:
-            raw = yaml.safe_load(text) if p.suffix in (".yaml", ".yml") else json.loads(text)
+            yml = p.suffix in (".yaml", ".yml")
+            raw = boundedyaml.load(text, str(p)) if yml else json.loads(text)
         except (yaml.YAMLError, json.JSONDecodeError) as e:
             first = str(e).strip().splitlines()[0]
             raise TrainConfigError(f"{p}: not valid {p.suffix.lstrip('.').upper()}: {first}"

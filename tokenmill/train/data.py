@@ -88,6 +88,7 @@ from tokenmill.manifests.mix import MixSourceSpec, MixSpec, plan_mix
 from tokenmill.manifests.mixschema import TrainingMixManifest
 from tokenmill.manifests.schedule import MixDocuments, MixSchedule, load_documents
 from tokenmill.manifests.verify import OpenedShards, open_shards, read_manifest
+from tokenmill.tokenizers import check_installed
 
 STATE_VERSION = 1
 
@@ -234,6 +235,7 @@ class MixLoader:
             self.root = Path(root) if root is not None else Path.cwd()
         else:
             path, self.manifest = read_manifest(manifest, kind="training-mix")
+            check_installed(self.manifest.tokenizer, str(path))
             self.root = path.resolve().parent
         self._check_args(seq_len, batch_size, world_size, rank, remainder, output, dtype)
         self.seq_len, self.batch_size = int(seq_len), int(batch_size)

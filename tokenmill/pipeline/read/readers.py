@@ -48,6 +48,13 @@ _WHOLE_FILE_SUFFIXES = (".txt", ".rst", ".md")
 _SUFFIXES = _JSON_SUFFIXES + _WHOLE_FILE_SUFFIXES + (".parquet",)
 _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
+# compressed bytes fed to zstd at once: zstd expands at most ~32,768x (a run-length block),
+# so one call yields at most ~256 MiB, whatever the file holds
+_ZSTD_INPUT = 8192
+#: The most decompressed bytes of a file read as one JSON value (an array of records) are
+#: this or a line's cap, whichever is more; past it the file is quarantined as too_large.
+MAX_VALUE_BYTES = 1 << 28
+_KEPT_BYTES = 1_000_000  # of a row too large to read, its first bytes go to quarantine
 
 
 def is_data_file(rel: str) -> bool:
@@ -61,9 +68,17 @@ def is_whole_file(rel: str) -> bool:
 
 
 def printable_name(name: str | Path) -> str:
-    """A file name as valid UTF-8: bytes the file system gave that are not UTF-8 (held as
-    surrogate escapes by Python) are written as ``\\xNN``."""
-    return str(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A file name as valid UTF-8 on one line: bytes the file system gave that are not
+    UTF-8 (held as surrogate escapes by Python) are written as ``\\xNN``, and control
+    characters (a newline, a tab, C1 controls, line separators) as Python writes them in
+    a string literal (``\\n``, ``\\x1b``, ``\\u2028``), so a name never splits or
+    recolours a line of output."""
+    text = str(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text.translate(_CONTROL_ESCAPES)
+
+
+_CONTROL_ESCAPES = {c: repr(chr(c))[1:-1] for c in
+                    [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
 
 
 def doc_key(source: str, rel: str, row: int) -> str:
@@ -86,7 +101,7 @@ class _ZstdReader(io.RawIOBase):
 
     def readinto(self, b) -> int:
         while not self._out:
-            chunk = self._f.read(_CHUNK)
+            chunk = self._f.read(_ZSTD_INPUT)
             if not chunk:
                 if self._in_frame:
                     raise EOFError("zstd stream ends inside a frame (file truncated)")
@@ -194,8 +209,8 @@ def _parse_line(line: bytes, row: int, ctx: _RowContext) -> Document | Rejection
     """One JSON Lines row. Any failure of the decoder or parser (bad UTF-8, bad syntax,
     nesting too deep for the parser, an integer over Python's digit limit) rejects only
     this row, keeping its raw bytes."""
-    if len(line) > ctx.max_bytes * 6 + 1024:  # JSON escapes can expand ~6x
-        return ctx.reject(row, "too_large", raw=line[:1_000_000],
+    if len(line) > _line_cap(ctx.max_bytes):
+        return ctx.reject(row, "too_large", raw=line[:_KEPT_BYTES],
                           detail=f"line of {len(line)} bytes")
     try:
         s = line.decode("utf-8")
@@ -217,9 +232,16 @@ def _parse_line(line: bytes, row: int, ctx: _RowContext) -> Document | Rejection
 def _read_lines(path: Path, ctx: _RowContext, limit: int | None, skip: int) -> Iterator:
     n_docs = 0
     with _open_binary(path) as f:
-        for row, line in enumerate(f):
+        for row, (line, length) in enumerate(_bounded_lines(f, _line_cap(ctx.max_bytes))):
             if limit is not None and n_docs >= limit:
                 return
+            if length is not None:  # a line past the cap: its head kept, the rest skipped
+                n_docs += 1
+                if n_docs > skip:
+                    yield ctx.reject(row, "too_large", raw=line[:_KEPT_BYTES],
+                                     detail=f"{ctx.name} line {row + 1}: over {length:,} "
+                                            f"bytes (cut at {_line_cap(ctx.max_bytes):,})")
+                continue
             line = line.rstrip(b"\r\n")
             if row == 0 and line.startswith(_BOM):
                 line = line[3:]  # a UTF-8 byte order mark is not part of the first row
@@ -231,6 +253,44 @@ def _read_lines(path: Path, ctx: _RowContext, limit: int | None, skip: int) -> I
             yield _parse_line(line, row, ctx)
 
 
+def _line_cap(max_bytes: int) -> int:
+    """The longest line read whole: a document's bytes, times 6 for JSON escapes."""
+    return max_bytes * 6 + 1024
+
+
+def _bounded_lines(f: io.BufferedIOBase, cap: int) -> Iterator[tuple[bytes, int | None]]:
+    """The lines of ``f`` as ``(line, None)``; a line longer than ``cap`` bytes (a
+    decompression bomb without newlines, say) as ``(its first cap bytes, bytes seen)``,
+    the rest read in chunks and dropped, so memory stays within ``cap`` + one chunk."""
+    while True:
+        line = f.readline(cap + 1)
+        if not line:
+            return
+        if len(line) <= cap or line.endswith(b"\n"):
+            yield line, None
+            continue
+        seen = len(line)
+        while True:
+            rest = f.readline(_CHUNK)
+            seen += len(rest)
+            if not rest or rest.endswith(b"\n"):
+                break
+        yield line, seen
+
+
+def _read_capped(f: io.BufferedIOBase, cap: int, what: str) -> bytes:
+    """All of ``f``, at most ``cap`` bytes. Raises :class:`TooLarge` past the cap."""
+    data = f.read(cap + 1)
+    if len(data) > cap:
+        raise TooLarge(f"{what}: over {cap:,} bytes once decompressed, read as one JSON "
+                       "value (write it as JSON Lines to read it row by row)")
+    return data
+
+
+class TooLarge(ValueError):
+    """A file expands past what tokenmill reads into memory at once."""
+
+
 def _json_layout(path: Path, field: str) -> str:
     """``"lines"``, ``"array"`` or ``"value"`` (the whole file is one JSON value: a record
     or a dict of records), from the file's first non-blank lines, whatever its name.
@@ -238,15 +298,18 @@ def _json_layout(path: Path, field: str) -> str:
     A first line that parses alone makes the file JSON Lines, unless it is the file's only
     line and holds an array or a dict of records; a first line opening a value that ends
     on a later line makes it an array (``[``) or one value (``{``)."""
-    with _open_binary(path) as f:
-        first = f.readline()
+    with _open_binary(path) as f:  # lines cut at _CHUNK: only their first bytes matter
+        first = f.readline(_CHUNK)
         if first.startswith(_BOM):
             first = first[3:]
         while first and not first.strip():
-            first = f.readline()
-        second = f.readline()
+            first = f.readline(_CHUNK)
+        if first and not first.endswith(b"\n"):  # the first line goes on: one value
+            head = first.lstrip()[:1]
+            return "array" if head == b"[" else "value" if head == b"{" else "lines"
+        second = f.readline(_CHUNK)
         while second and not second.strip():
-            second = f.readline()
+            second = f.readline(_CHUNK)
     head = first.lstrip()[:1]
     try:
         value = json.loads(first)
@@ -286,7 +349,7 @@ def _read_json_value(path: Path, ctx: _RowContext, limit: int | None) -> Iterato
     element so a bad element ends the file with its row named), one record, or a dict of
     records (one row per value, in file order)."""
     with _open_binary(path) as f:
-        s = _decode_whole(f.read(), ctx)
+        s = _decode_whole(_read_capped(f, _value_cap(ctx.max_bytes), ctx.name), ctx)
     if not isinstance(s, str):
         yield s
         return
@@ -304,6 +367,11 @@ def _read_json_value(path: Path, ctx: _RowContext, limit: int | None) -> Iterato
         items = [value]
     for row, item in enumerate(items[:limit] if limit is not None else items):
         yield ctx.from_value(row, item)
+
+
+def _value_cap(max_bytes: int) -> int:
+    """The most bytes of a file read as one JSON value (an array of many documents)."""
+    return max(_line_cap(max_bytes), MAX_VALUE_BYTES)
 
 
 def _iter_array(s: str, pos: int, ctx: _RowContext) -> Iterator:
@@ -353,7 +421,9 @@ def _read_parquet(path: Path, ctx: _RowContext, limit: int | None) -> Iterator:
 def _read_whole(path: Path, ctx: _RowContext) -> Iterator:
     size = path.stat().st_size
     if size > ctx.max_bytes:
-        yield ctx.reject(0, "too_large", raw=path.read_bytes(),
+        with open(path, "rb") as f:  # its head kept, never the whole file in memory
+            head = f.read(_KEPT_BYTES)
+        yield ctx.reject(0, "too_large", raw=head,
                          detail=f"{size} bytes over max_document_bytes={ctx.max_bytes}")
         return
     text = _decode_whole(path.read_bytes(), ctx)
@@ -383,7 +453,8 @@ def read_file(
             rows += 1
             yield item
     except Exception as e:  # any failure of the file quarantines the file
-        yield ctx.reject(skip + rows, "unreadable_file",
+        reason = "too_large" if isinstance(e, TooLarge) else "unreadable_file"
+        yield ctx.reject(skip + rows, reason,
                          detail=f"{printable_name(path)}: stopped after {skip + rows} rows: "
                                 f"{type(e).__name__}: {printable_name(str(e))[:500]}")
 

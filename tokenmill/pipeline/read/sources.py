@@ -15,14 +15,14 @@ fetched one by one (:mod:`tokenmill.pipeline.read.hub`); offline (``HF_HUB_OFFLI
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
+from tokenmill.pipeline.read.card import CardError, front_matter
 from tokenmill.pipeline.read.hub import (
     HubConfigError,
     fetch_card,
@@ -30,9 +30,11 @@ from tokenmill.pipeline.read.hub import (
     hub_offline,
 )
 from tokenmill.pipeline.read.license import LicenseError, check_source_licenses
+from tokenmill.pipeline.read.links import SkippedLink, walk_files
 from tokenmill.pipeline.read.readers import is_data_file, printable_name
 
 _CARD = "README.md"
+log = logging.getLogger(__name__)
 
 
 class SourceError(ValueError):
@@ -58,40 +60,51 @@ class ResolvedSource:
     files: list[str]  # posix paths relative to root, sorted
     skipped_files: list[str] = field(default_factory=list)
     config: SourceConfig | None = None
+    skipped_links: list[SkippedLink] = field(default_factory=list)
 
 
 def read_card_license(folder: Path) -> str | None:
-    """The ``license`` of a dataset card's YAML front matter, lowercased, or ``None``."""
+    """The ``license`` of a dataset card's YAML front matter, lowercased, or ``None``.
+
+    Raises:
+        SourceError: the card is over the limits of :mod:`tokenmill.pipeline.read.card` (size,
+            aliases, depth) or its YAML does not parse (one line naming it).
+    """
     card = folder / _CARD
-    if not card.exists():
-        return None
-    text = card.read_text(encoding="utf-8", errors="replace")
-    m = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
-    if not m:
+    if not card.is_file():
         return None
     try:
-        meta = yaml.safe_load(m.group(1)) or {}
-    except yaml.YAMLError as e:
-        raise SourceError(f"{card}: unreadable YAML front matter: {e}") from e
+        meta = front_matter(card) or {}
+    except CardError as e:
+        raise SourceError(str(e)) from None
     lic = meta.get("license")
     if isinstance(lic, list):
         lic = lic[0] if len(lic) == 1 else "+".join(map(str, lic))
-    return str(lic).strip().lower() if lic is not None else None
+    if lic is not None and not isinstance(lic, str | int | float):
+        raise SourceError(f"{card}: license must be a name or a list of names, got a "
+                          f"{type(lic).__name__}")
+    return str(lic).strip().lower()[:200] if lic is not None else None
 
 
-def _list_files(root: Path) -> tuple[list[str], list[str]]:
+def _list_files(root: Path, allowed: tuple[Path, ...] = ()
+                ) -> tuple[list[str], list[str], list[SkippedLink]]:
+    """(data files, other files (printable, only reported), links not followed) of a
+    source folder; a link is read only when it points to a file inside ``root`` or
+    ``allowed`` (:mod:`tokenmill.pipeline.read.links`)."""
     files, skipped = [], []
-    for p in sorted(root.rglob("*")):
-        if not p.is_file():
-            continue
-        rel = p.relative_to(root).as_posix()
+    found, links = walk_files(root, allowed)
+    for rel in found:
         if rel == _CARD or any(part.startswith(".") for part in Path(rel).parts):
             continue
         if is_data_file(rel):
             files.append(rel)  # as the file system gave it: the readers open it
         else:
             skipped.append(printable_name(rel))  # only reported: valid UTF-8
-    return files, skipped
+    links = [k for k in links if not any(p.startswith(".") for p in Path(k.rel).parts)]
+    for k in links:
+        log.warning("not read: %s is a link to %s (%s)", printable_name(root / k.rel),
+                    printable_name(k.target), k.why)
+    return files, skipped, links
 
 
 _SHA = re.compile(r"[0-9a-f]{40}")
@@ -167,6 +180,30 @@ def _hub_split_files(root: Path, src: SourceConfig, commit: str) -> list[str]:
         raise SourceError(f"source {src.name!r}: {e}") from e
 
 
+def _check_text_columns(root: Path, files: list[str], src: SourceConfig) -> None:
+    """Every parquet file of the source holds its text column (read from the footers).
+
+    Raises:
+        SourceError: one line naming the first file without it and the columns it has.
+    """
+    import pyarrow.parquet as pq
+
+    column = src.text_key
+    for rel in files:
+        if not rel.lower().endswith(".parquet"):
+            continue
+        try:
+            names = pq.read_schema(root / rel).names
+        except Exception:  # noqa: BLE001 (a corrupt file is quarantined by its reader)
+            continue
+        if column not in names:
+            shown = ", ".join(printable_name(n) for n in names[:20])
+            more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+            raise SourceError(f"source {src.name!r}: {printable_name(rel)} has no column "
+                              f"{column!r} (its columns: {shown}{more}); name the text "
+                              "column with `text_column:` on the source")
+
+
 def hub_origin(src: SourceConfig) -> str:
     """A Hub source's ``origin`` in the manifest: ``hub:org/name``, and for a dataset
     config/split ``hub:org/name?config=CONFIG&split=SPLIT`` (the revision is recorded
@@ -178,7 +215,14 @@ def hub_origin(src: SourceConfig) -> str:
 
 
 def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
-    """Locate a source's files and license. Raises :class:`SourceError` naming the source."""
+    """Locate a source's files and license. A local ``path`` is relative to the data root
+    and may not leave it (``../``, or a link out of it), unless it is written as an
+    absolute path; the manifest's ``origin`` records it as given.
+
+    Raises:
+        SourceError: naming the source (missing folder, a relative path out of the data
+            root, no license, no data files, a card over its limits).
+    """
     if src.hub is not None:
         try:
             root, revision = _snapshot(src)
@@ -187,17 +231,23 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
                               f"({type(e).__name__}: {e})") from e
         origin = hub_origin(src)
     else:
-        base = Path(cfg.data_root) if cfg.data_root else Path.cwd()
+        base = (Path(cfg.data_root) if cfg.data_root else Path.cwd()).resolve()
         root = (base / src.path).resolve()
+        if not Path(src.path).is_absolute() and not root.is_relative_to(base):
+            raise SourceError(f"source {src.name!r}: path {src.path!r} leads to {root}, "
+                              f"outside the data root {base}; write a folder outside it as "
+                              "an absolute path")
         if not root.is_dir():
             raise SourceError(f"source {src.name!r}: folder {root} does not exist")
         revision = None
         origin = src.path
-    license_ = (src.license or read_card_license(root) or "").lower()
+    card_license = read_card_license(root)  # read even when unused: within its limits
+    license_ = (src.license or card_license or "").lower()
     if not license_:
         raise MissingLicenseError(f"source {src.name!r}: no license in {root / _CARD} and "
                                   "none set in the datamix file", card=root / _CARD)
-    files, skipped = _list_files(root)
+    blobs = (root.parent.parent / "blobs",) if src.hub is not None else ()
+    files, skipped, links = _list_files(root, blobs)  # a Hub snapshot links into its blobs
     if src.hub is not None and (src.config is not None or src.split is not None):
         files, skipped = _hub_split_files(root, src, revision), []
     elif src.allow_patterns and src.hub is None:
@@ -206,10 +256,11 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
     if not files:
         raise SourceError(f"source {src.name!r}: no readable data files under {root}")
+    _check_text_columns(root, files, src)
     return ResolvedSource(
         name=src.name, root=root, origin=origin, revision=revision, license=license_,
         per_document_license=src.document_license is not None, files=files,
-        skipped_files=skipped, config=src,
+        skipped_files=skipped, config=src, skipped_links=links,
     )
 
 

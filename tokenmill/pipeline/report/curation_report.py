@@ -251,15 +251,25 @@ def _read_sidecars(out: Path, manifest: DatamixManifest) -> dict[str, dict[str, 
     return res
 
 
-def _token_counter(manifest: DatamixManifest):
-    try:
-        from tokenmill.tokenizers import get_encoding
+def _check_tokenizer(manifest: DatamixManifest, where: Path) -> None:
+    """The manifest's tokenizer against the installed one, when it can be loaded at all
+    (offline without its files, the report estimates token counts instead)."""
+    from tokenmill.tokenizers import check_installed
 
-        enc = get_encoding(manifest.tokenizer.name)
+    check_installed(manifest.tokenizer, str(where))
+
+
+def _token_counter(manifest: DatamixManifest, where: str = "the run's manifest"):
+    from tokenmill.tokenizers import TokenizerMismatchError, load_checked
+
+    try:
+        enc = load_checked(manifest.tokenizer, where)
 
         def count(texts: list[str]) -> list[int]:
             return [len(t) + 1 for t in enc.encode_ordinary_batch(
                 texts, num_threads=min(4, os.cpu_count() or 1))]
+    except TokenizerMismatchError:
+        raise  # another tokenizer than the run's: its counts would be wrong, not estimated
     except Exception:  # tokenizer not available offline: estimate
         def count(texts: list[str]) -> list[int]:
             return [len(t) // 4 + 1 for t in texts]
@@ -361,6 +371,7 @@ def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManif
     Returns:
         ``""`` when every count is exact, else one sentence saying how many were encoded.
     """
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     if not rows:
@@ -373,7 +384,8 @@ def _count_tokens(rows: list[dict[str, Any]], quarantine, manifest: DatamixManif
     groups = [(r.get("source"), r.get("stage")) for r in rows]
     stride = max(1, -(-total // max(budget, 1)))
     sample = _systematic_sample(groups, has_text, stride).tolist()
-    texts = [t or "" for t in text.take(sample).to_pylist()]
+    # typed indices: an empty sample (no quarantined row has text) must not infer `null`
+    texts = [t or "" for t in text.take(pa.array(sample, pa.int64())).to_pylist()]
     cap = max(256, budget // max(1, len(sample))) if stride > 1 else None
     pieces = [t if cap is None or len(t) <= cap else t[:cap] for t in texts]
     counts = _token_counter(manifest)(pieces)
@@ -593,6 +605,7 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
         ValueError: the manifest does not validate (see :func:`load_manifest`).
         ReportInputError: (a ``ValueError``) a quarantine or sidecar parquet file that
             cannot be read (one line naming the file).
+        TokenizerMismatchError: the installed tokenizer is not the one the manifest records.
     """
     out = Path(output_dir)
     if out.is_file():  # the manifest.json itself, as `tokenmill manifest ...` accepts
@@ -601,6 +614,7 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
         raise FileNotFoundError(f"{out}: no manifest.json (is this a `tokenmill run` output?)")
     if manifest is None:
         manifest = load_manifest(out)
+    _check_tokenizer(manifest, out / "manifest.json")
     stages, remaining = document_waterfall(manifest)
     quarantine = _read_quarantine(out, manifest)
     q_rows, examples = _quarantine_rows(quarantine)

@@ -53,7 +53,7 @@ from tokenmill.atomic import atomic_open, atomic_write_text, sha256_file
 from tokenmill.manifests.schema import DatamixManifest, SourceEntry
 from tokenmill.manifests.shards import read_sidecar, read_tokens
 from tokenmill.manifests.verify import OpenedShards, VerifiedShard, check_shards, open_shards
-from tokenmill.tokenizers import check_same, get_encoding, identity
+from tokenmill.tokenizers import load_checked
 
 #: Version of this layout; it is written into the card, so a change rewrites old folders.
 FORMAT = 1
@@ -356,8 +356,7 @@ def write_hub_text(output: str | os.PathLike, dest: str | os.PathLike | None = N
         log(f"checking {len(opened.shards)} shard(s) of {opened.manifest_path}"
             + ("" if verify else " (sha256 verification is off)"))
     check_shards(opened.shards, verify=verify, what=str(opened.manifest_path))
-    check_same(m.tokenizer, identity(m.tokenizer.name), f"{opened.manifest_path}")
-    enc = get_encoding(m.tokenizer.name)
+    enc = load_checked(m.tokenizer, str(opened.manifest_path))
     staging = _staging(folder)
     try:
         n_workers = workers or min(4, os.cpu_count() or 1)

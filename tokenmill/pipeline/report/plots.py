@@ -258,8 +258,13 @@ def _ready() -> int:
 def _init_worker(owner: int) -> None:
     """Worker start: :func:`warm_up`, and a daemon thread that ends this worker when
     process ``owner`` (the one that made the pool) is gone, even by SIGKILL, which
-    ``ProcessPoolExecutor`` workers would otherwise outlive, blocked on their queue."""
+    ``ProcessPoolExecutor`` workers would otherwise outlive, blocked on their queue.
+    Ctrl-C is ignored here: the terminal sends it to the whole process group, and the
+    process that owns the pool answers it (one line) and stops the workers."""
+    import signal
     import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
         try:

@@ -27,6 +27,7 @@ objects once; the tasks run through :mod:`tokenmill.pipeline.run.tasks`.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -43,6 +44,7 @@ from tokenmill.manifests.schema import (
     QuarantineEntry,
 )
 from tokenmill.manifests.shards import version_for_vocab
+from tokenmill.outputlock import output_lock
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.document import measures
 from tokenmill.pipeline.read.readers import is_whole_file, printable_name
@@ -103,14 +105,57 @@ class RunResult:
         return self.manifest.warnings
 
 
+#: A row-format file smaller than this is read in a unit with its neighbours (in name
+#: order), up to :data:`GROUP_BYTES` or :data:`GROUP_FILES` files: a task and a block per
+#: small file cost more than reading it.
+SMALL_FILE_BYTES = 4 << 20
+GROUP_BYTES = 16 << 20
+GROUP_FILES = 256
+#: A source with fewer small files keeps one unit per file: a change to one file then
+#: redoes only its own block, and the few tasks cost little.
+GROUP_MIN_FILES = 16
+
+
+def row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
+    """Row-format files in units: a file of :data:`SMALL_FILE_BYTES` or more alone, runs
+    of smaller ones (in name order) together up to :data:`GROUP_BYTES` / :data:`GROUP_FILES`
+    (when the source has at least :data:`GROUP_MIN_FILES` small files)."""
+    sizes = {}
+    for f in rows:
+        try:
+            sizes[f] = (src.root / f).stat().st_size
+        except OSError:
+            sizes[f] = SMALL_FILE_BYTES  # its task reports it; planned alone
+    if sum(1 for n in sizes.values() if n < SMALL_FILE_BYTES) < GROUP_MIN_FILES:
+        return [[f] for f in rows]
+    groups: list[list[str]] = []
+    run: list[str] = []
+    size = 0
+    for f in rows:
+        n = sizes[f]
+        if n >= SMALL_FILE_BYTES:
+            if run:
+                groups.append(run)
+            groups.append([f])
+            run, size = [], 0
+            continue
+        if run and (size + n > GROUP_BYTES or len(run) >= GROUP_FILES):
+            groups.append(run)
+            run, size = [], 0
+        run.append(f)
+        size += n
+    return groups + ([run] if run else [])
+
+
 def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
-    """Split every source into units: each row-format file alone; whole-file documents
-    in groups of ``files_per_block``. The plan depends only on the file lists."""
+    """Split every source into units: each large row-format file alone, small ones
+    grouped (:func:`row_groups`); whole-file documents in groups of ``files_per_block``.
+    The plan depends only on the file lists and their sizes."""
     out = []
     for src in sources:
         whole = [f for f in src.files if is_whole_file(f)]
         rows = [f for f in src.files if not is_whole_file(f)]
-        groups = [[f] for f in rows]
+        groups = row_groups(src, rows)
         groups += [whole[i : i + cfg.files_per_block]
                    for i in range(0, len(whole), cfg.files_per_block)]
         for files in sorted(groups):
@@ -124,16 +169,37 @@ def run_datamix(
 ) -> RunResult:
     """Curate a datamix into shards + manifest under ``cfg.output_dir``.
 
+    Holds the output folder's lock (:mod:`tokenmill.outputlock`) while it runs.
+
     Raises:
         SourceError / LicenseError: before any work, naming the source (and license).
+        OutputLockedError: another run holds the output folder (names it).
     """
     t0 = time.perf_counter()
     tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
     sources = resolve_sources(cfg)
     out_dir = Path(cfg.output_dir).resolve()
     plan = plan_units(cfg, sources)
-    with ray_session(ray_address, num_cpus):
+    with output_lock(out_dir), ray_session(ray_address, num_cpus):
         return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
+
+
+def tokenizer_change(cfg: DatamixConfig) -> str | None:
+    """One line when ``cfg``'s output folder holds a manifest made with another tokenizer
+    identity than the one this run loads (its shards would be re-tokenized and the manifest
+    would record the new identity); ``None`` otherwise (no manifest, same tokenizer)."""
+    path = Path(cfg.output_dir).resolve() / MANIFEST_NAME
+    try:
+        recorded = TokenizerIdentity.model_validate(
+            json.loads(path.read_text(encoding="utf-8"))["tokenizer"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no earlier manifest, or one that cannot say
+    loaded = identity(cfg.tokenizer)
+    if recorded == loaded:
+        return None
+    return (f"output folder {path.parent} holds data made with tokenizer {recorded.short()}, "
+            f"this run loads {loaded.short()}: every shard is re-tokenized and its manifest "
+            f"will record {loaded.short()}")
 
 
 def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:
@@ -143,7 +209,7 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
         sc = u.source.config
         specs.append(PrepareTask(
             work=str(work), source=u.source.name, root=str(u.source.root),
-            files=tuple(u.files), text_field=sc.text_field,
+            files=tuple(u.files), text_field=sc.text_key,
             max_document_bytes=cfg.max_document_bytes, limit=sc.max_documents,
             block_documents=cfg.block_documents,
             stages=stage_list.calls(cfg, sc, "document"),
@@ -216,6 +282,7 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
         prepared = [(b.prepare_info, b.tokenize_info) for b in blocks if b.source is src]
         files = _input_files(src, [u for u in plan if u.source is src])
         entries.append(source_entry(src, prepared, w, files))
+        warnings += link_warnings(src)
         warnings += source_warnings(entries[-1], file_documents(
             src.files, [p for p, _ in prepared]), cfg.checks.max_quarantine_share)
     manifest = DatamixManifest(
@@ -230,6 +297,14 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
     res.input_bytes = sum(f.size for e in entries for f in e.files)
     res.hash_seconds = sum(u.hash_seconds for u in plan)
     return res
+
+
+def link_warnings(src: ResolvedSource) -> list[CurationWarning]:
+    """One ``skipped_link`` warning per link of ``src`` that was not followed."""
+    return [CurationWarning(
+        kind="skipped_link", source=src.name, file=printable_name(k.rel),
+        message=f"source {src.name!r}: not read: {printable_name(k.rel)} is a link to "
+                f"{printable_name(k.target)} ({k.why})") for k in src.skipped_links]
 
 
 def _input_files(src: ResolvedSource, units: list[Unit]) -> list[InputFile]:

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.atomic import sha256_file
 from tokenmill.pipeline.document import measures
-from tokenmill.pipeline.read.readers import printable_name, read_file
+from tokenmill.pipeline.read.readers import is_whole_file, printable_name, read_file
 from tokenmill.pipeline.run import quarantine
 from tokenmill.pipeline.run.intermediate import (
     StageOutput,
@@ -109,11 +109,19 @@ def _unit_items(spec: PrepareTask, skip: int
                               spec.max_document_bytes, spec.limit, skip=skip):
             yield files[0], item
         return
-    # several files only for one-document-per-file formats: one row per file
-    for rel in files[skip:]:
+    if all(is_whole_file(rel) for rel in files):  # one row per file: skip whole files
+        for rel in files[skip:]:
+            for item in read_file(root, rel, spec.source, spec.text_field,
+                                  spec.max_document_bytes, spec.limit):
+                yield rel, item
+        return
+    seen = 0  # small row-format files read together: rows counted across the files
+    for rel in files:
         for item in read_file(root, rel, spec.source, spec.text_field,
                               spec.max_document_bytes, spec.limit):
-            yield rel, item
+            if seen >= skip:
+                yield rel, item
+            seen += 1
 
 
 def hash_files(root: str | os.PathLike, files: list[str]) -> list[list]:
