@@ -18,6 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps --force-reinstall 'fasttext-numpy2>=0.10.4'  # see pyproject
 	touch $@
 
 setup: $(VENV)/.installed

@@ -49,9 +49,15 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+#: reasons of quarantine rows that record an edit of a kept document (its original span
+#: in ``text``, where in ``detail``), not a removal
+EDIT_REASON_PREFIX = "edit:"
+
+
 @dataclass
 class Rejection:
-    """A removed document as the quarantine stores it."""
+    """A removed document as the quarantine stores it, or an edit record (a reason
+    starting with :data:`EDIT_REASON_PREFIX`) of a kept document."""
 
     key: str
     source: str

@@ -63,6 +63,7 @@ from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manif
 from tokenmill.manifests.summary import license_family
 from tokenmill.pipeline.report.plots import PlotSpec, PlotWorkers, render
 from tokenmill.pipeline.run import stage_list
+from tokenmill.pipeline.stage import EDIT_REASON_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +317,8 @@ def _quarantine_rows(quarantine) -> tuple[list[dict[str, Any]], dict[str, _Examp
     examples: dict[str, _Examples] = {}
     for i in range(quarantine.num_rows):
         row = {c: cols[c][i] for c in cols}
-        rows.append(row)
+        if not (row.get("reason") or "").startswith(EDIT_REASON_PREFIX):
+            rows.append(row)  # an edit record is an example, not a removed document
         label = reason_label(row.get("stage") or "other", row.get("reason") or "")
         ex = examples.setdefault(label, _Examples())
         if len(ex.shown) < EXAMPLES_PER_REASON:
