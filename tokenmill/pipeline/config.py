@@ -260,18 +260,17 @@ class URLFilterConfig(_Model):
 
 
 class ClassifierConfig(_Model):
-    """A fastText quality classifier: keep documents whose score for ``label`` is at least
-    ``threshold``, or the ``top_fraction`` of each source by score."""
+    """A fastText quality classifier: every document scored (shard sidecar column
+    ``classifier_score``); with ``threshold``, documents whose score for ``label`` is below
+    it are removed."""
 
     model: str = Field(description="fastText model file (.bin or .ftz), relative to the "
                        "datamix file")
     label: str = Field(description="the label scored, with or without fastText's __label__ "
                        "prefix (DCLM's model: hq)")
     threshold: float | None = Field(default=None, ge=0.0, le=1.0, description="keep "
-                                    "documents whose label probability is at least this")
-    top_fraction: float | None = Field(default=None, gt=0.0, le=1.0, description="keep "
-                                       "this share of each source's documents, best scores "
-                                       "first (ties by key)")
+                                    "documents whose label probability is at least this "
+                                    "(none: score only)")
     text_prep: Literal["dclm", "lower", "none"] = Field(
         default="dclm", description="how text is prepared for the model, as its authors "
         "prepared theirs: dclm (strip, lines joined by spaces: DCLM's inference code), lower "
@@ -280,12 +279,6 @@ class ClassifierConfig(_Model):
                                   "document scored (default all)")
     sources: list[str] | None = Field(default=None, description="the sources it runs on "
                                       "(default every source)")
-
-    @model_validator(mode="after")
-    def _one_rule(self) -> ClassifierConfig:
-        if (self.threshold is None) == (self.top_fraction is None):
-            raise ValueError("classifier: give exactly one of threshold or top_fraction")
-        return self
 
 
 class FuzzyDedupConfig(_Model):

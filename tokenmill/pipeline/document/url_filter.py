@@ -130,7 +130,7 @@ def files_digest(paths: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-def lists_digest(paths: Sequence[str]) -> str:
+def cached_files_digest(paths: Sequence[str]) -> str:
     """:func:`files_digest` of ``paths``, computed once per process while the files' sizes
     and modification times stay the same.
 
@@ -198,7 +198,7 @@ class URLFilter(DocumentStage):
                  digest: str | None = None) -> None:
         files = tuple(str(Path(p)) for p in ([archive] if archive else [])) + tuple(
             [*domains, *urls, *banned_words, *banned_subwords, *soft_banned_words])
-        digest = digest or lists_digest(files)
+        digest = digest or cached_files_digest(files)
         # the lists' content, not where they lie, is the config
         super().__init__(categories=sorted(categories) if categories else None,
                          soft_word_threshold=soft_word_threshold, digest=digest)

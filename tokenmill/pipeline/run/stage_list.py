@@ -41,11 +41,12 @@ import pyarrow as pa
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+from tokenmill.pipeline.document.classifier import ClassifierFilter
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.length import LengthFilter
 from tokenmill.pipeline.document.pii import PIIRedact
 from tokenmill.pipeline.document.quality import build_quality_filter
-from tokenmill.pipeline.document.url_filter import URLFilter, lists_digest
+from tokenmill.pipeline.document.url_filter import URLFilter, cached_files_digest
 from tokenmill.pipeline.read.license import DocumentLicenseGate
 from tokenmill.pipeline.read.normalize import Normalize
 from tokenmill.pipeline.run.shard_writer import WriteShards
@@ -135,7 +136,7 @@ def _url_filter(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     archive = cfg.resolve(uf.archive) if uf.archive else None
     files = [*([archive] if archive else []), *(p for v in kw.values() for p in v)]
     return {**kw, "archive": archive, "categories": uf.categories,
-            "soft_word_threshold": uf.soft_word_threshold, "digest": lists_digest(files)}
+            "soft_word_threshold": uf.soft_word_threshold, "digest": cached_files_digest(files)}
 
 
 def _for_sources(key: str) -> Build:
@@ -146,6 +147,14 @@ def _for_sources(key: str) -> Build:
         return {k: v for k, v in stage.model_dump(exclude={"sources"}).items()
                 if v is not None}
     return build
+
+
+def _classifier(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+    kw = _for_sources("classifier")(cfg, src)
+    if kw is None:
+        return None
+    kw["model"] = cfg.resolve(kw["model"])
+    return {**kw, "digest": cached_files_digest([kw["model"]])}
 
 
 def _fuzzy(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
@@ -180,6 +189,8 @@ STAGES: tuple[StageDef, ...] = (
     _quality_stage("fineweb"),
     StageDef("language", "document", LanguageFilter, _language, counts="filtered",
              metadata=(("language", pa.string()), ("language_score", pa.float32()))),
+    StageDef("classifier", "document", ClassifierFilter, _classifier, counts="filtered",
+             metadata=(("classifier_score", pa.float32()),)),
     StageDef("pii", "document", PIIRedact, _for_sources("pii"), extra_field="pii_replacements"),
     StageDef("exact_dedup", "global", ExactDedup, lambda c, s: {}, counts="exact_duplicates"),
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
