@@ -45,6 +45,9 @@ EMAIL_RE = re.compile(
     r"01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[A-Za-z0-9-]*[A-Za-z0-9]:)])")
 IPV4_RE = re.compile(
     r"(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)")
+#: cheap necessary conditions of a match: a text failing one is not scanned by the full
+#: pattern (an email has an "@"; an IPv4 match is four dotted runs of 1-3 digits)
+_IPV4_CANDIDATE = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")
 IPV6_RE = re.compile(r"(?<![0-9A-Za-z:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Za-z:])")
 
 #: datatrove's defaults (example.com/org are reserved for examples)
@@ -123,15 +126,20 @@ def redact(text: str, stage: PIIRedact) -> tuple[str, list[Edit]]:
     ``text``, in order of class then position)."""
     passes = []
     if stage.emails:
-        passes.append((EMAIL_RE, "email", stage.email_replacements, None))
+        passes.append((EMAIL_RE, "email", stage.email_replacements, None,
+                       lambda t: "@" in t))
     if stage.ipv4:
         passes.append((IPV4_RE, "ipv4", stage.ipv4_replacements,
-                       lambda s: _ipv4_valid(s, stage.only_public)))
+                       lambda s: _ipv4_valid(s, stage.only_public),
+                       lambda t: _IPV4_CANDIDATE.search(t) is not None))
     if stage.ipv6:
         passes.append((IPV6_RE, "ipv6", stage.ipv6_replacements,
-                       lambda s: _ipv6_valid(s, stage.only_public)))
+                       lambda s: _ipv6_valid(s, stage.only_public),
+                       lambda t: t.count(":") >= 2))
     done: list[Edit] = []
-    for pattern, cls, reps, valid in passes:
+    for pattern, cls, reps, valid, candidate in passes:
+        if not candidate(text):  # checked on the text this pass sees
+            continue
         text, edits = _replace(text, pattern, cls, reps, valid)
         if edits:
             done = sorted([*done, *_to_original(edits, sorted(done, key=lambda e: e.start))],
