@@ -23,9 +23,17 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+LABELS := $(TOKENMILL_DATA_ROOT)/dclm-quality-labels/data
 run: setup
 	$(PY) -m tokenmill.cli tokenizer fetch gpt2
 	$(PY) -m tokenmill.cli run manifests/quickstart.yaml --fallback manifests/hub-sample.yaml
+ifneq ($(wildcard $(LABELS)),)
+	$(PY) -m tokenmill.cli classifier train \
+	  --positive $(LABELS)/agreement_data.jsonl:label=1 $(LABELS)/majority_data.jsonl:label=1 \
+	  --negative $(LABELS)/agreement_data.jsonl:label=0 $(LABELS)/majority_data.jsonl:label=0 \
+	  --bucket 100000 --epoch 25 -o out/models/dclm-labels.bin
+	$(PY) -m tokenmill.cli run manifests/quickstart-classifier.yaml
+endif
 
 # `make test` runs every test not marked slow on two pytest workers (work stealing, so
 # the slowest files do not end the run on one worker); `.ci/run` runs the slow end-to-end

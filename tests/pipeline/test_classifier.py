@@ -143,3 +143,12 @@ def test_training_needs_both_classes(tmp_path):
              f"{good}:label=0", "-o", str(tmp_path / "m.bin"))
     assert r.returncode == 2 and r.stderr.startswith("tokenmill: ")
     assert "needs positive and negative documents" in r.stderr
+
+
+def test_example_datamix_points_at_the_model_make_run_writes():
+    from tokenmill.pipeline.config import load_datamix
+
+    cfg = load_datamix(REPO / "manifests" / "quickstart-classifier.yaml")
+    assert cfg.classifier is not None and cfg.classifier.label == "hq"
+    assert cfg.resolve(cfg.classifier.model) == str(REPO / "out" / "models" / "dclm-labels.bin")
+    assert "-o out/models/dclm-labels.bin" in (REPO / "Makefile").read_text()
