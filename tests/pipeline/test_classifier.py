@@ -124,7 +124,8 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
     manifest = json.loads((out / "manifest.json").read_text())
     [src] = manifest["sources"]
     filtered = src["counts"]["filtered"]
-    assert filtered["classifier:below_threshold"] > 0 and filtered["url:hard_blacklisted"] > 0
+    assert filtered["classifier:below_threshold"] > 0
+    assert filtered["url_filter:hard_blacklisted"] > 0
     assert src["pii_replacements"]["email"] > 0
     q = pq.read_table(out / manifest["quarantine"][0]["path"]).to_pylist()
     low = [row for row in q if row["reason"] == "classifier:below_threshold"]

@@ -62,13 +62,13 @@ def test_pii_and_url_filter_through_run(tmp_path):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     by_name = {s["name"]: s for s in manifest["sources"]}
     c4, cc = by_name["c4"], by_name["cc"]
-    assert c4["counts"]["filtered"].get("url:hard_blacklisted", 0) > 0
-    assert cc["counts"]["filtered"].get("url:domain", 0) > 0
+    assert c4["counts"]["filtered"].get("url_filter:hard_blacklisted", 0) > 0
+    assert cc["counts"]["filtered"].get("url_filter:domain", 0) > 0
     assert sum(cc["pii_replacements"].values()) > 0
     rows = [r for q in manifest["quarantine"]
             for r in pq.read_table(tmp_path / "out" / q["path"]).to_pylist()]
-    assert {r["reason"] for r in rows if r["stage"] == "url_filter"} >= {"url:domain"}
-    edits = [r for r in rows if r["reason"].startswith("edit:pii:")]
+    assert {r["reason"] for r in rows if r["stage"] == "url_filter"} >= {"url_filter:domain"}
+    edits = [r for r in rows if r["reason"].startswith("pii:edit:")]
     assert edits and all(json.loads(e["detail"])["start"] >= 0 for e in edits)
     shards = sorted(p.name for p in (tmp_path / "out").rglob("*.bin"))
     again = _run(mix, tmp_path / "out2")

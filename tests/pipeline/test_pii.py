@@ -50,7 +50,7 @@ def test_edit_records_restore_the_original_text():
     assert stage.extra == {"email": 3, "ipv4": 1, "ipv6": 1}
     for r in sink:
         d = json.loads(r.detail)
-        assert r.reason.startswith("edit:pii:") and text[d["start"]:d["end"]] == r.text
+        assert r.reason.startswith("pii:edit:") and text[d["start"]:d["end"]] == r.text
     # the replacements are used in turn, restarting in each document
     assert doc.text.count("email@example.com") == 2
     assert doc.text.count("firstname.lastname@example.org") == 1

@@ -102,8 +102,8 @@ def test_ut1_archive_categories_and_reasons(tmp_path):
     kept = [d.key for d in stage(docs)]
     # casino.net: another category; words are matched with their case, as datatrove does
     assert kept == ["s/f#3", "s/f#5", "s/f#6", "s/f#9"]
-    assert [r.reason for r in sink] == ["url:domain", "url:domain", "url:url",
-                                        "url:hard_blacklisted"]
+    assert [r.reason for r in sink] == ["url_filter:domain", "url_filter:domain", "url_filter:url",
+                                        "url_filter:hard_blacklisted"]
     assert sink[0].detail == "http://bad.com/x" and sink[0].text == "t"
     other = URLFilter(archive=str(archive), banned_words=[str(words)])
     assert other.fingerprint() != stage.fingerprint()

@@ -49,15 +49,20 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-#: reasons of quarantine rows that record an edit of a kept document (its original span
-#: in ``text``, where in ``detail``), not a removal
-EDIT_REASON_PREFIX = "edit:"
+#: in the reason of a quarantine row that records an edit of a kept document (its original
+#: span in ``text``, where in ``detail``), not a removal: ``<stage>:edit:<what>``
+EDIT_REASON_MARK = ":edit:"
+
+
+def is_edit_reason(reason: str) -> bool:
+    """Whether a quarantine reason records an edit (see :data:`EDIT_REASON_MARK`)."""
+    return EDIT_REASON_MARK in reason
 
 
 @dataclass
 class Rejection:
     """A removed document as the quarantine stores it, or an edit record (a reason
-    starting with :data:`EDIT_REASON_PREFIX`) of a kept document."""
+    holding :data:`EDIT_REASON_MARK`) of a kept document."""
 
     key: str
     source: str

@@ -23,7 +23,7 @@ unicast block ``2000::/3`` (RFC 4291; this keeps ``Class::method`` and ``a::b`` 
 after the IPv4 pass, by documentation addresses (``2001:db8::/32``, RFC 3849).
 
 Nothing is lost: each replaced span becomes an edit record in the quarantine
-(``stage="pii"``, ``reason="edit:pii:<class>"``, ``text`` the original span, ``detail``
+(``stage="pii"``, ``reason="pii:edit:<class>"``, ``text`` the original span, ``detail``
 JSON ``{"start", "end", "replacement"}`` with ``start``/``end`` character offsets in the
 document's text before this stage). The number of replacements per class goes to the
 manifest (``pii_replacements`` of each source).
@@ -199,7 +199,7 @@ class PIIRedact(DocumentStage):
                 if self.sink is not None:
                     self.sink(Rejection(
                         key=doc.key, source=doc.source, stage=self.name,
-                        reason=f"edit:pii:{e.cls}", text=e.original,
+                        reason=f"{self.name}:edit:{e.cls}", text=e.original,
                         detail=json.dumps({"start": e.start, "end": e.end,
                                            "replacement": e.replacement})))
             doc.text = text

@@ -8,7 +8,7 @@ API::
 
 The decision is datatrove's ``URLFilter`` (``datatrove.pipeline.filters.url_filter``, as
 used for FineWeb, Penedo et al. 2024), in its order, each with its reason
-(``url:<reason>``):
+(``url_filter:<reason>``):
 
 1. ``domain``: the registered domain (public-suffix rules of ``tldextract``'s bundled
    snapshot, so nothing is downloaded) is a blocked domain;
@@ -223,4 +223,4 @@ class URLFilter(DocumentStage):
             if why is None:
                 yield doc
             else:
-                self.reject(doc, f"url:{why}", detail=str(url))
+                self.reject(doc, f"{self.name}:{why}", detail=str(url))

@@ -63,7 +63,7 @@ from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manif
 from tokenmill.manifests.summary import license_family
 from tokenmill.pipeline.report.plots import PlotSpec, PlotWorkers, render
 from tokenmill.pipeline.run import stage_list
-from tokenmill.pipeline.stage import EDIT_REASON_PREFIX
+from tokenmill.pipeline.stage import is_edit_reason
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def _quarantine_rows(quarantine) -> tuple[list[dict[str, Any]], dict[str, _Examp
     examples: dict[str, _Examples] = {}
     for i in range(quarantine.num_rows):
         row = {c: cols[c][i] for c in cols}
-        if not (row.get("reason") or "").startswith(EDIT_REASON_PREFIX):
+        if not is_edit_reason(row.get("reason") or ""):
             rows.append(row)  # an edit record is an example, not a removed document
         label = reason_label(row.get("stage") or "other", row.get("reason") or "")
         ex = examples.setdefault(label, _Examples())
