@@ -153,3 +153,33 @@ def test_example_datamix_points_at_the_model_make_run_writes():
     assert cfg.classifier is not None and cfg.classifier.label == "hq"
     assert cfg.resolve(cfg.classifier.model) == str(REPO / "out" / "models" / "dclm-labels.bin")
     assert "-o out/models/dclm-labels.bin" in (REPO / "Makefile").read_text()
+
+
+@pytest.mark.slow
+@needs_training
+def test_top_fraction_keeps_the_best_scored_share_of_each_source(tmp_path):
+    model = tmp_path / "m.bin"
+    assert _train(model, "--epoch", "25").returncode == 0
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"""
+name: top
+data_root: {corpora()}
+licenses: {{allow: [odc-by]}}
+sources:
+  - {{name: c4, path: c4-en-sample, max_documents: 200}}
+classifier: {{model: m.bin, label: hq, top_fraction: 0.25}}
+shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
+""")
+    run = _cli("run", str(mix), "-q", "-o", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    out = tmp_path / "out"
+    manifest = json.loads((out / "manifest.json").read_text())
+    [src] = manifest["sources"]
+    assert src["counts"]["kept"] == 50 and src["counts"]["filtered"]["classifier_top"] == 150
+    q = pq.read_table(out / manifest["quarantine"][0]["path"]).to_pylist()
+    removed = [float(r["detail"]) for r in q if r["reason"] == "classifier_top:removed"]
+    kept = [s for p in sorted(out.rglob("*.parquet")) if "quarantine" not in p.parts
+            and "work" not in p.parts for t in [pq.read_table(p)]
+            if "classifier_score" in t.column_names
+            for s in t.column("classifier_score").to_pylist()]
+    assert len(removed) == 150 and len(kept) == 50 and min(kept) >= max(removed)

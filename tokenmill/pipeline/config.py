@@ -262,7 +262,7 @@ class URLFilterConfig(_Model):
 class ClassifierConfig(_Model):
     """A fastText quality classifier: every document scored (shard sidecar column
     ``classifier_score``); with ``threshold``, documents whose score for ``label`` is below
-    it are removed."""
+    it are removed; with ``top_fraction``, each source keeps its best-scored share."""
 
     model: str = Field(description="fastText model file (.bin or .ftz), relative to the "
                        "datamix file")
@@ -271,6 +271,9 @@ class ClassifierConfig(_Model):
     threshold: float | None = Field(default=None, ge=0.0, le=1.0, description="keep "
                                     "documents whose label probability is at least this "
                                     "(none: score only)")
+    top_fraction: float | None = Field(default=None, gt=0.0, le=1.0, description="keep this "
+                                       "share of each source's documents (those the earlier "
+                                       "stages and dedup kept), best scores first, ties by key")
     text_prep: Literal["dclm", "lower", "none"] = Field(
         default="dclm", description="how text is prepared for the model, as its authors "
         "prepared theirs: dclm (strip, lines joined by spaces: DCLM's inference code), lower "
@@ -279,6 +282,12 @@ class ClassifierConfig(_Model):
                                   "document scored (default all)")
     sources: list[str] | None = Field(default=None, description="the sources it runs on "
                                       "(default every source)")
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> ClassifierConfig:
+        if self.threshold is not None and self.top_fraction is not None:
+            raise ValueError("classifier: give threshold or top_fraction, not both")
+        return self
 
 
 class FuzzyDedupConfig(_Model):

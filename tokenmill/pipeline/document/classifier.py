@@ -25,7 +25,10 @@ not a fastText model: it does not load here.
 The score is the model's probability of ``label`` (all labels predicted, ``k=-1``), rounded
 to 4 digits, in ``metadata["classifier_score"]`` (shard sidecar) and, for a removed
 document, in its quarantine ``detail``. With ``threshold`` a document scoring below it is
-removed (``classifier:below_threshold``). The model is loaded once per worker process.
+removed (``classifier:below_threshold``); with ``top_fraction`` the stage only scores and
+:class:`~tokenmill.pipeline.document.classifier_top.ClassifierTopFraction` (a global stage,
+after dedup) keeps the best-scored share of each source. The model is loaded once per
+worker process.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
 from tokenmill.pipeline.document.classifier import ClassifierFilter
+from tokenmill.pipeline.document.classifier_top import ClassifierTopFraction
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.length import LengthFilter
 from tokenmill.pipeline.document.pii import PIIRedact
@@ -154,7 +155,15 @@ def _classifier(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     if kw is None:
         return None
     kw["model"] = cfg.resolve(kw["model"])
+    kw.pop("top_fraction", None)  # a global decision (classifier_top): here, scores only
     return {**kw, "digest": cached_files_digest([kw["model"]])}
+
+
+def _classifier_top(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+    c = cfg.classifier
+    if _classifier(cfg, src) is None or c is None or c.top_fraction is None:
+        return None
+    return {"top_fraction": c.top_fraction}
 
 
 def _fuzzy(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
@@ -194,6 +203,8 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("pii", "document", PIIRedact, _for_sources("pii"), extra_field="pii_replacements"),
     StageDef("exact_dedup", "global", ExactDedup, lambda c, s: {}, counts="exact_duplicates"),
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
+    StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,
+             counts="filtered"),
     StageDef("tokenize", "block", Tokenize,
              lambda c, s: {"tokenizer": c.tokenizer, "val_fraction": c.shards.val_fraction},
              in_manifest=False),
