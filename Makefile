@@ -18,13 +18,22 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,train]'
+	$(PY) -m pip install -q --no-deps --force-reinstall 'fasttext-numpy2>=0.10.4'  # see pyproject
 	touch $@
 
 setup: $(VENV)/.installed
 
+LABELS := $(TOKENMILL_DATA_ROOT)/dclm-quality-labels/data
 run: setup
 	$(PY) -m tokenmill.cli tokenizer fetch gpt2
 	$(PY) -m tokenmill.cli run manifests/quickstart.yaml --fallback manifests/hub-sample.yaml
+ifneq ($(wildcard $(LABELS)),)
+	$(PY) -m tokenmill.cli classifier train \
+	  --positive $(LABELS)/agreement_data.jsonl:label=1 $(LABELS)/majority_data.jsonl:label=1 \
+	  --negative $(LABELS)/agreement_data.jsonl:label=0 $(LABELS)/majority_data.jsonl:label=0 \
+	  --bucket 100000 --epoch 25 -o out/models/dclm-labels.bin
+	$(PY) -m tokenmill.cli run manifests/quickstart-classifier.yaml
+endif
 
 # `make test` runs every test not marked slow on two pytest workers (work stealing, so
 # the slowest files do not end the run on one worker); `.ci/run` runs the slow end-to-end

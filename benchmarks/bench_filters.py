@@ -11,6 +11,9 @@ Usage: ``python benchmarks/bench_filters.py [--corpora c4-en-sample cc-main-2019
 [--limit N]`` (needs the ``dev`` extra: datatrove and spaCy; corpora under
 ``../shared/data/corpora`` or ``TOKENMILL_DATA_ROOT``). The target: tokenmill at
 least 10x datatrove.
+
+``--stages`` also runs :mod:`bench_curation_stages` (PII, URL filter and classifier
+against datatrove's PIIFormatter and URLFilter and fastText's own predict loop).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpora", nargs="+", default=["c4-en-sample", "cc-main-2019-sample"])
     ap.add_argument("--limit", type=int, default=None, help="first N documents only")
+    ap.add_argument("--stages", action="store_true", help="also PII, URL filter, classifier")
     args = ap.parse_args()
     texts = load_texts(args.corpora, args.limit)
     n = len(texts)
@@ -124,6 +128,10 @@ def main() -> None:
               f"{ref[name] / ours[name]:>6.1f}x {100 * agree:>7.2f}%")
     to, tr = sum(ours.values()), sum(ref.values())
     print(f"{'all four':<18} {n / to:>16.0f} {n / tr:>16.1f} {tr / to:>6.1f}x")
+    if args.stages:
+        import bench_curation_stages
+
+        bench_curation_stages.run(None, 64, args.limit)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def test_two_node_loopback_cluster(quickstart, tmp_path):
         out = tmp_path / "out"
         # another dedup partition count than the embedded run's default: same bytes
         datamix = tmp_path / "quickstart.yaml"
+        shutil.copytree(REPO / "manifests" / "blocklists", tmp_path / "blocklists")
         datamix.write_text((REPO / "manifests" / "quickstart.yaml").read_text()
                            + "dedup:\n  partitions: 5\n")
         r = subprocess.run(

@@ -115,6 +115,9 @@ class SourceEntry(_Model):
     license_accepted: dict[str, int] = Field(
         default_factory=dict, description="per-document license -> documents kept by the gate"
     )
+    pii_replacements: dict[str, int] = Field(
+        default_factory=dict, description="PII class (email, ipv4, ipv6) -> spans replaced "
+        "(each one an edit record in the quarantine)")
     tokens: dict[str, int] = Field(description="split -> tokens (EOT included)")
     documents: dict[str, int] = Field(description="split -> documents")
     shards: list[ShardEntry] = Field(description="the source's shards, train then val, in order")

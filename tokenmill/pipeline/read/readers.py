@@ -146,8 +146,10 @@ def _open_binary(path: Path) -> io.BufferedIOBase:
 
 
 class _RowContext:
-    def __init__(self, source: str, rel: str, text_field: str, max_bytes: int):
+    def __init__(self, source: str, rel: str, text_field: str, max_bytes: int,
+                 url_field: str | None = None):
         self.source, self.rel, self.field, self.max_bytes = source, rel, text_field, max_bytes
+        self.url_path = url_field.split(".") if url_field else None
         self.name = printable_name(Path(rel).name)
 
     def reject(self, row: int, reason: str, raw: bytes | None = None,
@@ -173,6 +175,10 @@ class _RowContext:
             text = value[self.field]
             if isinstance(value.get("attributes"), dict):
                 meta["attributes"] = value["attributes"]
+            if self.url_path is not None:
+                url = _dotted(value, self.url_path)
+                if isinstance(url, str) and url:
+                    meta["url"] = url
         elif isinstance(value, str):
             text = value
         else:
@@ -195,6 +201,15 @@ class _RowContext:
                                detail=f"over max_document_bytes={self.max_bytes}")
         return Document(key=doc_key(self.source, self.rel, row), source=self.source,
                         text=text, metadata=meta)
+
+
+def _dotted(value: object, path: list[str]) -> object:
+    """``value[a][b]...`` for the path ``a.b...``, or None where a step is missing."""
+    for step in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value
 
 
 def _short_json(value: object, limit: int = 10_000) -> str:
@@ -433,6 +448,7 @@ def _read_whole(path: Path, ctx: _RowContext) -> Iterator:
 def read_file(
     root: Path, rel: str, source: str, text_field: str = "text",
     max_document_bytes: int = 10_000_000, limit: int | None = None, skip: int = 0,
+    url_field: str | None = None,
 ) -> Iterator[Document | Rejection]:
     """Yield the documents (or rejected rows) of one data file, in file order.
 
@@ -446,7 +462,7 @@ def read_file(
     how a resumed run jumps over the blocks it already finished.
     """
     path = root / rel
-    ctx = _RowContext(source, rel, text_field, max_document_bytes)
+    ctx = _RowContext(source, rel, text_field, max_document_bytes, url_field)
     rows = 0
     try:
         for item in _read_any(path, rel, ctx, limit, skip):

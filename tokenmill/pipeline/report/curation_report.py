@@ -70,6 +70,7 @@ from tokenmill.pipeline.report.tuning import (
     rules_spec,
 )
 from tokenmill.pipeline.run import stage_list
+from tokenmill.pipeline.stage import is_edit_reason
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +334,8 @@ def _quarantine_rows(quarantine) -> tuple[list[dict[str, Any]], dict[str, _Examp
     examples: dict[str, _Examples] = {}
     for i in range(quarantine.num_rows):
         row = {c: cols[c][i] for c in cols}
-        rows.append(row)
+        if not is_edit_reason(row.get("reason") or ""):
+            rows.append(row)  # an edit record is an example, not a removed document
         label = reason_label(row.get("stage") or "other", row.get("reason") or "")
         ex = examples.setdefault(label, _Examples())
         if len(ex.shown) < EXAMPLES_PER_REASON:

@@ -213,7 +213,7 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
             max_document_bytes=cfg.max_document_bytes, limit=sc.max_documents,
             block_documents=cfg.block_documents,
             stages=stage_list.calls(cfg, sc, "document"),
-            globals=stage_list.calls(cfg, sc, "global")))
+            globals=stage_list.calls(cfg, sc, "global"), url_field=sc.url_field))
     per_unit = run_each(prepare_unit, specs, "read+normalize", progress)
     for u, res in zip(plan, per_unit, strict=True):
         u.hashed, u.hash_seconds = res["files"], res["hash_seconds"]

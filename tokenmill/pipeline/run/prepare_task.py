@@ -68,6 +68,7 @@ class PrepareTask:
         text_field, max_document_bytes, limit: the reader's settings.
         block_documents: rows per block.
         stages, globals: the source's document and global stages, in stage order.
+        url_field: the row field whose value goes to ``metadata["url"]`` (or None).
     """
 
     work: str
@@ -80,6 +81,7 @@ class PrepareTask:
     block_documents: int
     stages: tuple[StageCall, ...]
     globals: tuple[StageCall, ...]
+    url_field: str | None = None
 
 
 @dataclass
@@ -106,7 +108,8 @@ def _unit_items(spec: PrepareTask, skip: int
     files = spec.files
     if len(files) == 1:
         for item in read_file(root, files[0], spec.source, spec.text_field,
-                              spec.max_document_bytes, spec.limit, skip=skip):
+                              spec.max_document_bytes, spec.limit, skip=skip,
+                              url_field=spec.url_field):
             yield files[0], item
         return
     if all(is_whole_file(rel) for rel in files):  # one row per file: skip whole files
@@ -118,7 +121,8 @@ def _unit_items(spec: PrepareTask, skip: int
     seen = 0  # small row-format files read together: rows counted across the files
     for rel in files:
         for item in read_file(root, rel, spec.source, spec.text_field,
-                              spec.max_document_bytes, spec.limit):
+                              spec.max_document_bytes, spec.limit,
+                              url_field=spec.url_field):
             if seen >= skip:
                 yield rel, item
             seen += 1
@@ -140,8 +144,10 @@ def hash_files(root: str | os.PathLike, files: list[str]) -> list[list]:
 
 def unit_digest(spec: PrepareTask, files: list[list]) -> str:
     """A unit's read address: its read settings and its files' ``[path, size, sha256]``."""
-    return content_hash("read", READ_VERSION, {k: getattr(spec, k) for k in READ_SETTINGS},
-                        files)
+    settings = {k: getattr(spec, k) for k in READ_SETTINGS}
+    if spec.url_field is not None:  # only when set: unchanged addresses for sources without
+        settings["url_field"] = spec.url_field
+    return content_hash("read", READ_VERSION, settings, files)
 
 
 def block_keys(spec: PrepareTask, digest: str, index: int, fingerprints: dict[str, str]

@@ -41,9 +41,13 @@ import pyarrow as pa
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+from tokenmill.pipeline.document.classifier import ClassifierFilter
+from tokenmill.pipeline.document.classifier_top import ClassifierTopFraction
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.length import LengthFilter
+from tokenmill.pipeline.document.pii import PIIRedact
 from tokenmill.pipeline.document.quality import build_quality_filter
+from tokenmill.pipeline.document.url_filter import URLFilter, cached_files_digest
 from tokenmill.pipeline.read.license import DocumentLicenseGate
 from tokenmill.pipeline.read.normalize import Normalize
 from tokenmill.pipeline.run.shard_writer import WriteShards
@@ -123,6 +127,45 @@ def _language(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     return lang
 
 
+def _url_filter(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+    uf = cfg.url_filter
+    if uf is None or src.url_field is None:
+        return None
+    kw: dict[str, Any] = {k: [cfg.resolve(p) for p in getattr(uf, k)]
+                          for k in ("domains", "urls", "banned_words", "banned_subwords",
+                                    "soft_banned_words")}
+    archive = cfg.resolve(uf.archive) if uf.archive else None
+    files = [*([archive] if archive else []), *(p for v in kw.values() for p in v)]
+    return {**kw, "archive": archive, "categories": uf.categories,
+            "soft_word_threshold": uf.soft_word_threshold, "digest": cached_files_digest(files)}
+
+
+def _for_sources(key: str) -> Build:
+    def build(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+        stage = getattr(cfg, key)
+        if stage is None or (stage.sources is not None and src.name not in stage.sources):
+            return None
+        return {k: v for k, v in stage.model_dump(exclude={"sources"}).items()
+                if v is not None}
+    return build
+
+
+def _classifier(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+    kw = _for_sources("classifier")(cfg, src)
+    if kw is None:
+        return None
+    kw["model"] = cfg.resolve(kw["model"])
+    kw.pop("top_fraction", None)  # a global decision (classifier_top): here, scores only
+    return {**kw, "digest": cached_files_digest([kw["model"]])}
+
+
+def _classifier_top(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+    c = cfg.classifier
+    if _classifier(cfg, src) is None or c is None or c.top_fraction is None:
+        return None
+    return {"top_fraction": c.top_fraction}
+
+
 def _fuzzy(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     return cfg.fuzzy_dedup.model_dump() if cfg.fuzzy_dedup is not None else None
 
@@ -146,6 +189,7 @@ STAGES: tuple[StageDef, ...] = (
              strip_prefix="license:", extra_field="license_accepted",
              metadata=(("license", pa.string()),)),
     StageDef("normalize", "document", Normalize, lambda c, s: {}, counts="quarantined"),
+    StageDef("url_filter", "document", URLFilter, _url_filter, counts="filtered"),
     StageDef("length", "document", LengthFilter, lambda c, s: c.filters.model_dump(),
              counts="filtered"),
     _quality_stage("gopher_quality"),
@@ -154,8 +198,13 @@ STAGES: tuple[StageDef, ...] = (
     _quality_stage("fineweb"),
     StageDef("language", "document", LanguageFilter, _language, counts="filtered",
              metadata=(("language", pa.string()), ("language_score", pa.float32()))),
+    StageDef("classifier", "document", ClassifierFilter, _classifier, counts="filtered",
+             metadata=(("classifier_score", pa.float32()),)),
+    StageDef("pii", "document", PIIRedact, _for_sources("pii"), extra_field="pii_replacements"),
     StageDef("exact_dedup", "global", ExactDedup, lambda c, s: {}, counts="exact_duplicates"),
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
+    StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,
+             counts="filtered"),
     StageDef("tokenize", "block", Tokenize,
              lambda c, s: {"tokenizer": c.tokenizer, "val_fraction": c.shards.val_fraction},
              in_manifest=False),

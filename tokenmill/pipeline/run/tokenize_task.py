@@ -59,8 +59,10 @@ def _drop_removed(source: str, removals: dict[str, list], keys: list[str], texts
         if k in removals:
             twin, stage, detail = removals[k]
             removed[stage] += 1
+            # a removal without a kept twin is a global filter's, not a duplicate
+            reason = f"{stage}:duplicate" if twin is not None else f"{stage}:removed"
             rejected.append(Rejection(key=k, source=source, stage=stage,
-                                      reason=f"{stage}:duplicate", text=texts[i],
+                                      reason=reason, text=texts[i],
                                       duplicate_of=twin, detail=detail))
         else:
             kept_idx.append(i)
