@@ -32,7 +32,7 @@ from tokenmill.pipeline.document.quality import (
 )
 from tokenmill.pipeline.read.normalize import normalize_text
 from tokenmill.pipeline.read.readers import read_file
-from tokenmill.pipeline.read.sources import _list_files
+from tokenmill.pipeline.read.sources import list_files
 from tokenmill.pipeline.stage import Document
 
 ROOT = Path(os.environ.get("TOKENMILL_DATA_ROOT",
@@ -45,7 +45,7 @@ def load_texts(corpora: list[str], limit: int | None) -> list[str]:
     texts = []
     for name in corpora:
         root = ROOT / name
-        files, _ = _list_files(root)
+        files = list_files(root)
         for rel in files:
             for d in read_file(root, rel, name):
                 if isinstance(d, Document) and (t := normalize_text(d.text)).strip():

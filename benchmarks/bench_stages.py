@@ -43,7 +43,7 @@ from tokenmill.pipeline.document.length import LengthFilter  # noqa: E402
 from tokenmill.pipeline.document.quality import build_quality_filter  # noqa: E402
 from tokenmill.pipeline.read.normalize import Normalize, normalize_text  # noqa: E402
 from tokenmill.pipeline.read.readers import read_file  # noqa: E402
-from tokenmill.pipeline.read.sources import _list_files  # noqa: E402
+from tokenmill.pipeline.read.sources import list_files  # noqa: E402
 from tokenmill.pipeline.run.tokenize import tokenize_batch  # noqa: E402
 from tokenmill.pipeline.stage import Document, DocumentFilter  # noqa: E402
 
@@ -57,7 +57,7 @@ def read_all() -> tuple[list[Document], float]:
     t0 = time.process_time()
     docs = []
     for name in CORPORA:
-        files, _ = _list_files(ROOT / name)
+        files = list_files(ROOT / name)
         for rel in files:
             docs += [d for d in read_file(ROOT / name, rel, name) if isinstance(d, Document)]
     return docs, time.process_time() - t0

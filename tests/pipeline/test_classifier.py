@@ -53,14 +53,15 @@ def test_roc_auc_counts_ties_half():
 
 @needs_training
 def test_classifier_stage_scores_and_quarantines(tmp_path):
-    import fasttext
-
     train = tmp_path / "train.txt"
     train.write_text("".join(f"__label__hq {w} science history essay\n__label__cc {w} buy "
                              "cheap click now\n" for w in ("a", "b", "c", "d") * 20))
-    model = fasttext.train_supervised(str(train), dim=16, bucket=10000, wordNgrams=2, thread=1,
-                                      seed=1, verbose=0)
-    model.save_model(str(tmp_path / "m.bin"))
+    # trained in a fresh process: fastText's trainer has given NaN after other tests in the
+    # same worker process, never in a process of its own
+    subprocess.run([sys.executable, "-c", (
+        "import sys, fasttext; fasttext.train_supervised(sys.argv[1], dim=16, bucket=10000, "
+        "wordNgrams=2, thread=1, seed=1, verbose=0, lr=0.05, epoch=20).save_model(sys.argv[2])"),
+        str(train), str(tmp_path / "m.bin")], check=True, timeout=120)
     stage = ClassifierFilter(model=str(tmp_path / "m.bin"), label="hq", threshold=0.5,
                              digest="x")
     sink: list[Rejection] = []

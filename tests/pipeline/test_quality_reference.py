@@ -24,7 +24,7 @@ from tokenmill.pipeline.document.quality import (
 from tokenmill.pipeline.document.words import count_sentences, split_words, word_counts
 from tokenmill.pipeline.read.normalize import normalize_text
 from tokenmill.pipeline.read.readers import read_file
-from tokenmill.pipeline.read.sources import _list_files
+from tokenmill.pipeline.read.sources import list_files
 from tokenmill.pipeline.stage import Document
 
 CASES = Path(__file__).parent / "cases"
@@ -35,7 +35,7 @@ def _texts(names: tuple[str, ...]) -> list[tuple[str, str]]:
     out = []
     for name in names:
         root = corpora(name)
-        files, _ = _list_files(root)
+        files = list_files(root)
         for rel in files:
             for d in read_file(root, rel, name):
                 if isinstance(d, Document) and (t := normalize_text(d.text)).strip():

@@ -16,13 +16,13 @@ from tokenmill.manifests.shards import iter_documents, read_tokens
 from tokenmill.manifests.validate import validate_manifest
 from tokenmill.pipeline.read.normalize import normalize_text
 from tokenmill.pipeline.read.readers import read_file
-from tokenmill.pipeline.read.sources import _list_files
+from tokenmill.pipeline.read.sources import list_files
 from tokenmill.pipeline.stage import Document, is_edit_reason
 from tokenmill.tokenizers import get_encoding
 
 
 def _normalized_texts(source: str, folder: Path) -> dict[str, str]:
-    files, _ = _list_files(folder)
+    files = list_files(folder)
     out = {}
     for rel in files:
         for item in read_file(folder, rel, source):

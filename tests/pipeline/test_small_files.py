@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tokenmill.pipeline.read.sources import ResolvedSource
 from tokenmill.pipeline.run import executor
-from tokenmill.pipeline.run.prepare_task import prepare_unit
+from tokenmill.pipeline.run.prepare_task import PrepareTask, prepare_unit
 
 
 def _source(tmp_path, n: int) -> ResolvedSource:
@@ -33,9 +33,9 @@ def test_small_files_are_grouped_and_large_ones_alone(tmp_path, monkeypatch):
 def test_a_grouped_unit_reads_every_row_in_blocks(tmp_path):
     src = _source(tmp_path, 20)
     files = [f for f in src.files if f != "big.jsonl"]
-    spec = {"source": "s", "text_field": "text", "max_document_bytes": 10_000, "limit": None,
-            "block_documents": 7, "work": str(tmp_path / "work"), "root": str(tmp_path),
-            "files": files, "stages": [], "globals": []}
+    spec = PrepareTask(source="s", text_field="text", max_document_bytes=10_000, limit=None,
+                       block_documents=7, work=str(tmp_path / "work"), root=str(tmp_path),
+                       files=tuple(files), stages=(), globals=())
     res = prepare_unit(spec)
     assert [b["info"]["read"] for b in res["blocks"]] == [7] * 8 + [4]  # 60 rows
     per_file = {}

@@ -86,6 +86,12 @@ def read_card_license(folder: Path) -> str | None:
     return str(lic).strip().lower()[:200] if lic is not None else None
 
 
+def list_files(root: str | Path) -> list[str]:
+    """The data files of a source folder, relative to ``root``, in the order the pipeline
+    reads them (links out of the folder left out, as a run leaves them out)."""
+    return _list_files(Path(root))[0]
+
+
 def _list_files(root: Path, allowed: tuple[Path, ...] = ()
                 ) -> tuple[list[str], list[str], list[SkippedLink]]:
     """(data files, other files (printable, only reported), links not followed) of a
@@ -126,8 +132,11 @@ def _snapshot(src: SourceConfig) -> tuple[Path, str]:
     if (src.config is not None or src.split is not None) and not hub_offline():
         folder = fetch_card(repo_id, revision or None)  # the config's files come after
     else:
+        # offline said explicitly: some huggingface_hub versions list the Hub tree for a
+        # commit-sha revision even when HF_HUB_OFFLINE is set
         folder = Path(snapshot_download(repo_id=repo_id, repo_type="dataset",
-                                        revision=revision or None, allow_patterns=patterns))
+                                        revision=revision or None, allow_patterns=patterns,
+                                        local_files_only=hub_offline()))
     commit = folder.name  # snapshot folders are named by the commit sha
     if _SHA.fullmatch(revision) and commit != revision:
         raise ValueError(f"pinned revision {revision} resolved to snapshot {commit}")
