@@ -123,18 +123,58 @@ def _fail_or_mark(x: int, marker: str) -> int:
     return x
 
 
-def test_run_tasks_orders_results_reports_progress_and_cancels_on_error(tmp_path) -> None:
-    from tokenmill.raysession import TaskCall, ray_session, run_tasks
+@pytest.fixture(scope="module")
+def ray_up():
+    """One embedded Ray (2 CPUs) for the task-runner tests."""
+    from tokenmill.raysession import ray_session
 
     with ray_session(num_cpus=2):
-        calls = [TaskCall(_square, (i,), {"num_cpus": 1}) for i in range(6)]
-        seen: list[int] = []
-        assert list(run_tasks(calls, on_done=lambda i, r: seen.append(i))) == [
-            i * i for i in range(6)]
-        assert sorted(seen) == list(range(6))
-        assert sorted(run_tasks(calls, ordered=False)) == [(i, i * i) for i in range(6)]
-        marker = tmp_path / "marker"
-        with pytest.raises(Exception, match="task 0 fails"):
-            list(run_tasks([TaskCall(_fail_or_mark, (i, str(marker))) for i in range(2)]))
-        time.sleep(2.5)  # the cancelled task would have written by now
+        yield
+
+
+def _power(x: int, *, exponent: int) -> int:
+    return x ** exponent
+
+
+def _total(values) -> int:
+    return int(values.sum())
+
+
+def test_run_tasks_orders_results_reports_progress_and_cancels_on_error(tmp_path,
+                                                                          ray_up) -> None:
+    from tokenmill.raysession import TaskCall, run_tasks
+
+    calls = [TaskCall(_square, (i,), {"num_cpus": 1}) for i in range(6)]
+    seen: list[int] = []
+    assert list(run_tasks(calls, on_done=lambda i, r: seen.append(i))) == [
+        i * i for i in range(6)]
+    assert sorted(seen) == list(range(6))
+    assert sorted(run_tasks(calls, ordered=False)) == [(i, i * i) for i in range(6)]
+    marker = tmp_path / "marker"
+    with pytest.raises(Exception, match="task 0 fails"):
+        list(run_tasks([TaskCall(_fail_or_mark, (i, str(marker))) for i in range(2)]))
+    time.sleep(2.5)  # the cancelled task would have written by now
     assert not marker.exists(), "a pending task went on after the error"
+
+
+def test_task_pool_collects_by_handle_and_cancels_what_is_not_read(tmp_path, ray_up) -> None:
+    import numpy as np
+
+    from tokenmill.raysession import TaskCall, TaskPool, put_shared
+
+    marker = tmp_path / "marker"
+    with TaskPool() as pool:
+        squares = [pool.submit(TaskCall(_square, (i,), {"num_cpus": 1})) for i in range(3)]
+        power = pool.submit(TaskCall(_power, (3,), kwargs={"exponent": 3}))
+        assert [pool.result(h) for h in reversed(squares)] == [4, 1, 0]
+        assert pool.next_done() == (power, 27) and len(pool) == 0
+        ref = put_shared(np.arange(5))
+        assert pool.result(pool.submit(TaskCall(_total, (ref,)))) == 10
+        skipped = pool.submit(TaskCall(_fail_or_mark, (1, str(marker))))
+        pool.cancel(skipped)
+        assert skipped not in pool
+        with pytest.raises(KeyError):
+            pool.result(skipped)
+        pool.submit(TaskCall(_fail_or_mark, (2, str(marker))))
+    time.sleep(2.5)  # a task left running would have written by now
+    assert not marker.exists(), "a cancelled task ran to the end"

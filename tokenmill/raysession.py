@@ -24,9 +24,15 @@ worker died is retried (``max_retries``, Ray's own retry). Example::
         calls = [TaskCall(work, (item,), {"num_cpus": 1}) for item in items]
         results = list(run_tasks(calls, on_done=lambda i, r: bar.update(1)))
 
+:class:`TaskPool` is the same runner for a caller that submits tasks one at a time and
+collects each by its handle when it needs it (the trainer's LEM workers keep a few chunks in
+flight ahead of the step they read); closing it cancels what is still pending.
+:func:`put_shared` puts one large argument (a token stream) in Ray's object store once, for
+many tasks to read without a copy each.
+
 :func:`on_this_node` gives the options that pin a task to the driver's node (for tasks
-sharing ``/dev/shm`` with the driver); :func:`cluster_cpus` the cluster's CPUs (to size
-batches of tasks).
+sharing ``/dev/shm`` with the driver), :func:`only_this_node` whether every Ray node is
+the driver's machine; :func:`cluster_cpus` the cluster's CPUs (to size batches of tasks).
 """
 
 from __future__ import annotations
@@ -143,11 +149,13 @@ class TaskCall:
         args: its positional arguments (picklable, or Ray object refs).
         options: Ray task options (``num_cpus``, ``resources``, ``scheduling_strategy``,
             ...), passed to ``.options()``; the task's ``name`` defaults to ``fn``'s name.
+        kwargs: its keyword arguments (picklable, or Ray object refs).
     """
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 def cluster_cpus() -> int:
@@ -164,6 +172,112 @@ def on_this_node() -> dict[str, Any]:
 
     node = ray.get_runtime_context().get_node_id()
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+
+def only_this_node() -> bool:
+    """Whether the running Ray is this machine alone, with this driver on it (not a Ray
+    Client): its workers can then map this machine's files (``/dev/shm``)."""
+    import ray
+
+    if ray.util.client.ray.is_connected():
+        return False
+    nodes = [d for d in ray.nodes() if d.get("Alive")]
+    return len(nodes) == 1 and nodes[0].get("NodeManagerAddress") == \
+        ray.util.get_node_ip_address()
+
+
+def put_shared(value: Any) -> Any:
+    """Put ``value`` in Ray's object store once and return its object ref: passed in many
+    :class:`TaskCall` arguments, every task reads that one copy (a numpy array zero-copy,
+    read-only) instead of Ray storing the value again for each task. Ray must be up."""
+    import ray
+
+    return ray.put(value)
+
+
+class TaskPool:
+    """Ray tasks submitted one at a time and collected by handle, on the running Ray.
+
+    ``submit(call)`` starts a :class:`TaskCall` and returns its handle (0, 1, 2, ... in
+    submission order); ``result(handle)`` waits for that task and returns its result;
+    ``next_done()`` waits for whichever pending task finishes first. ``cancel(handle)`` and
+    ``close()`` (also on leaving a ``with`` block) cancel pending tasks, so nothing keeps
+    running for a result nobody will read.
+
+    Args:
+        max_retries: retries of a task whose worker died (exceptions are not retried).
+    """
+
+    def __init__(self, max_retries: int = 3) -> None:
+        self.max_retries = max_retries
+        self._remotes: dict[Callable[..., Any], Any] = {}
+        self._refs: dict[int, Any] = {}
+        self._submitted = 0
+
+    def __len__(self) -> int:
+        """Tasks submitted and not yet collected or cancelled."""
+        return len(self._refs)
+
+    def __contains__(self, handle: int) -> bool:
+        return handle in self._refs
+
+    def __enter__(self) -> TaskPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, call: TaskCall) -> int:
+        """Start ``call`` as a Ray task; return its handle."""
+        import ray
+
+        remote = self._remotes.get(call.fn)
+        if remote is None:
+            remote = self._remotes[call.fn] = ray.remote(call.fn)
+        opts = {"name": getattr(call.fn, "__name__", "task"), "max_retries": self.max_retries,
+                "retry_exceptions": False, **call.options}
+        handle, self._submitted = self._submitted, self._submitted + 1
+        self._refs[handle] = remote.options(**opts).remote(*call.args, **call.kwargs)
+        return handle
+
+    def result(self, handle: int) -> Any:
+        """Wait for the task ``handle`` and return its result (the handle is then spent).
+
+        Raises:
+            KeyError: ``handle`` is not pending (collected, cancelled or never submitted).
+            whatever the task raised (Ray's ``RayTaskError`` wrapping it).
+        """
+        import ray
+
+        return ray.get(self._refs.pop(handle))
+
+    def next_done(self) -> tuple[int, Any]:
+        """Wait for the first pending task to finish: ``(handle, result)``.
+
+        Raises:
+            ValueError: no task is pending.
+            whatever the task raised (Ray's ``RayTaskError`` wrapping it).
+        """
+        import ray
+
+        if not self._refs:
+            raise ValueError("no Ray task is pending")
+        handles = {ref: h for h, ref in self._refs.items()}
+        ready, _ = ray.wait(list(handles), num_returns=1)
+        return handles[ready[0]], self.result(handles[ready[0]])
+
+    def cancel(self, handle: int) -> None:
+        """Cancel the task ``handle`` if it is pending (its result is never read)."""
+        import ray
+
+        ref = self._refs.pop(handle, None)
+        if ref is not None:
+            ray.cancel(ref)
+
+    def close(self) -> None:
+        """Cancel every pending task."""
+        for handle in list(self._refs):
+            self.cancel(handle)
 
 
 def run_tasks(calls: Sequence[TaskCall], *, ordered: bool = True,
@@ -183,25 +297,13 @@ def run_tasks(calls: Sequence[TaskCall], *, ordered: bool = True,
         pending are then cancelled, as they are when the caller is interrupted or closes
         the generator early.
     """
-    import ray
-
-    remotes: dict[Any, Any] = {}
-    refs = []
-    for call in calls:
-        remote = remotes.get(call.fn)
-        if remote is None:
-            remote = remotes[call.fn] = ray.remote(call.fn)
-        opts = {"name": getattr(call.fn, "__name__", "task"), "max_retries": max_retries,
-                "retry_exceptions": False, **call.options}
-        refs.append(remote.options(**opts).remote(*call.args))
-    index = {r: i for i, r in enumerate(refs)}
-    pending, done = list(refs), {}
-    nxt = 0
-    try:
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            i = index[ready[0]]
-            result = ray.get(ready[0])
+    with TaskPool(max_retries) as pool:
+        for call in calls:
+            pool.submit(call)  # handle == index in calls
+        done: dict[int, Any] = {}
+        nxt = 0
+        while pool:
+            i, result = pool.next_done()
             if on_done is not None:
                 on_done(i, result)
             if not ordered:
@@ -211,6 +313,3 @@ def run_tasks(calls: Sequence[TaskCall], *, ordered: bool = True,
             while nxt in done:
                 yield done.pop(nxt)
                 nxt += 1
-    finally:
-        for r in pending:
-            ray.cancel(r)

@@ -74,7 +74,7 @@ from tokenmill.manifests.schema import (
     manifest_kind,
 )
 from tokenmill.manifests.shards import read_sidecar
-from tokenmill.manifests.verify import open_shards
+from tokenmill.manifests.verify import OpenedShards, open_shards
 from tokenmill.tokenizers import TokenizerMismatchError
 
 __all__ = [  # the training-mix manifest's models live in mixschema; re-exported here
@@ -468,6 +468,50 @@ def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathL
         tokenizer=mans[0][1].tokenizer, curation_manifests=refs, sources=sources,
         segments=_mix_segments(keys, g), warnings=_shortfall_warnings(spec, keys, g))
     return MixPlan(manifest=manifest, root=str(root))
+
+
+def curation_mix(manifest: str | os.PathLike, seed: int = 0, epochs: float = 1.0,
+                 verify: bool = True) -> tuple[TrainingMixManifest, Path]:
+    """An in-memory training-mix manifest over a curation manifest: every source at its
+    ``mixture_weight``, ``max_epochs=epochs``, a budget of all train tokens x ``epochs``,
+    ``on_shortfall: shrink`` (so :func:`plan_mix`'s rules: each
+    source granted at most ``epochs`` passes, document-aligned, no replacement).
+
+    Returns:
+        (the manifest, the folder its shard paths are relative to).
+
+    Raises:
+        ShardVerifyError: the curation manifest is missing, a training-mix manifest,
+            invalid, or a shard is missing, truncated or (``verify``) differs.
+        ValueError: no source has a positive weight and train tokens.
+    """
+    return plan_curation(open_shards(manifest, None, kind="curation", verify=verify),
+                         seed=seed, epochs=epochs)
+
+
+def plan_curation(opened: OpenedShards, seed: int = 0, epochs: float = 1.0
+                  ) -> tuple[TrainingMixManifest, Path]:
+    """:func:`curation_mix` of a curation manifest already opened (and checked) with
+    :func:`~tokenmill.manifests.verify.open_shards`.
+
+    Raises:
+        ValueError: no source has a positive weight and train tokens.
+    """
+    m = opened.manifest
+    avail = sum(s.tokens.get("train", 0) for s in m.sources)
+    if avail <= 0 or not any(s.mixture_weight > 0 and s.tokens.get("train", 0) > 0
+                             for s in m.sources):
+        raise ValueError(f"{opened.manifest_path}: no source with train tokens and a "
+                         "positive mixture weight")
+    sources = {s.name: MixSourceSpec(source=s.name, weight=s.mixture_weight,
+                                     max_epochs=epochs)
+               for s in m.sources if s.tokens.get("train", 0) > 0}
+    # the manifest by its name in its folder: the plan (and a loader state) does not
+    # depend on where the folder lives
+    spec = MixSpec(name=f"{m.name}-curation", manifests=[opened.manifest_path.name],
+                   target_tokens=max(1, int(avail * epochs)), seed=seed, sources=sources)
+    plan = plan_mix(spec, opened.root, verify=False)  # verified just above
+    return plan.manifest, Path(plan.root)
 
 
 def plan_spec_file(spec_path: str | os.PathLike, out_path: str | os.PathLike | None = None,

@@ -282,11 +282,25 @@ def load_documents(manifest: TrainingMixManifest, root: str | os.PathLike,
             uint16 and uint32 versions, or there are no documents.
     """
     root = Path(root)
+    check_shards([VerifiedShard(path=(root / sh.path).resolve(), entry=sh, source=name)
+                  for name, shards in _groups(manifest, split) for sh in shards],
+                 verify=verify, what="the training-mix manifest")
+    return documents_of(manifest, root, split)
+
+
+def documents_of(manifest: TrainingMixManifest, root: str | os.PathLike,
+                 split: str = "train") -> MixDocuments:
+    """:func:`load_documents` of shards already checked (present, headers as the manifest
+    says: :func:`load_documents` itself, or
+    :func:`~tokenmill.manifests.verify.open_shards` of the manifest): memory-map them and
+    list the documents inside the manifest's token ranges.
+
+    Raises:
+        ValueError: as :func:`load_documents`.
+    """
+    root = Path(root)
     eot = int(manifest.tokenizer.eot_token)
     groups = _groups(manifest, split)
-    check_shards([VerifiedShard(path=(root / sh.path).resolve(), entry=sh, source=name)
-                  for name, shards in groups for sh in shards], verify=verify,
-                 what="the training-mix manifest")
     paths: dict[str, int] = {}
     arrays: list[np.ndarray] = []
     cols: dict[str, list[np.ndarray]] = {"shard": [], "off": [], "len": [], "row": []}

@@ -54,7 +54,7 @@ from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.verify import OpenedShards
 from tokenmill.ngram.index import SuffixArrayIndex, _range
 from tokenmill.ngram.suffixarray import capped_lcp
-from tokenmill.raysession import ray_session
+from tokenmill.raysession import TaskCall, ray_session, run_tasks
 from tokenmill.tokenizers import TokenizerIdentity
 
 FORMAT = "tokenmill-ngram-counts/2"
@@ -116,15 +116,13 @@ def count_shards(opened: OpenedShards, ray_address: str | None = None,
                  num_cpus: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """Pair counts of every shard of ``opened`` (from
     :func:`tokenmill.manifests.verify.open_shards`), one Ray task per shard
-    (:func:`tokenmill.raysession.ray_session`), merged in key order."""
-    import ray
-
+    (:func:`tokenmill.raysession.run_tasks`), merged in key order."""
     V = opened.manifest.tokenizer.n_vocab
     if not opened.shards:
         return merge_counts([])
     with ray_session(ray_address, num_cpus):
-        task = ray.remote(num_cpus=1)(count_shard_pairs)
-        parts = ray.get([task.remote(str(s.path), V) for s in opened.shards])
+        parts = list(run_tasks([TaskCall(count_shard_pairs, (str(s.path), V), {"num_cpus": 1})
+                                for s in opened.shards]))
     return merge_counts(parts)
 
 

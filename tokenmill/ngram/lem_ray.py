@@ -18,6 +18,14 @@ import numba as nb
 import numpy as np
 
 from tokenmill.ngram.lem_chunks import run_chunk
+from tokenmill.raysession import (
+    TaskCall,
+    on_this_node,
+    only_this_node,
+    put_shared,
+    ray_session,
+    run_tasks,
+)
 
 _NARROW_NONE = 0xFFFF  # uint16 stand-in for -1 in narrowed next tokens
 
@@ -58,11 +66,9 @@ def ray_precompute(x: np.ndarray, chunks: list, params: dict, workers: int,
     the driver assembles nothing. Otherwise each task returns its arrays (uint16 where they fit)
     and the driver copies them in."""
 
-    from tokenmill.raysession import ray_session
-
     n, k = int(x.size), params["k"]
     with ray_session(ray_address, workers):
-        shared = _shared_outputs(n, k) if _only_this_node() else None
+        shared = _shared_outputs(n, k) if only_this_node() else None
         if shared is not None:
             path, flat = shared
             try:
@@ -84,18 +90,6 @@ def ray_precompute(x: np.ndarray, chunks: list, params: dict, workers: int,
             else:
                 next_tokens[lo:lo + ml.size] = nt
         return match_len, next_tokens
-
-
-def _only_this_node() -> bool:
-    """Ray (initialized) runs on this machine alone, with this driver on it (not a Ray
-    Client): its workers can map this machine's files."""
-    import ray
-
-    if ray.util.client.ray.is_connected():
-        return False
-    nodes = [d for d in ray.nodes() if d.get("Alive")]
-    return len(nodes) == 1 and nodes[0].get("NodeManagerAddress") == \
-        ray.util.get_node_ip_address()
 
 
 def _shared_outputs(n: int, k: int) -> tuple[str, np.ndarray] | None:
@@ -153,27 +147,17 @@ def _run_chunk_shared(tokens: np.ndarray, chunk: tuple[int, int, int], params: d
 
 def _ray_chunks(x: np.ndarray, chunks: list, params: dict, fn, extra: tuple,
                 this_node: bool = False):
-    """Run ``fn(x, chunk, params, *extra)`` for every chunk as Ray tasks (one CPU each,
-    in the caller's Ray session; ``this_node``: pinned to the driver's node), yielding
-    results as they finish. The stream is put in the object store once; workers read it
-    zero-copy. The tasks still pending when this ends (an error, an interrupt) are
-    cancelled."""
-    import ray
-
-    task = ray.remote(num_cpus=1, max_retries=3)(fn)
-    if this_node:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        node = ray.get_runtime_context().get_node_id()
-        task = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, False))
-    ref = ray.put(x)
+    """Run ``fn(x, chunk, params, *extra)`` for every chunk as Ray tasks
+    (:func:`tokenmill.raysession.run_tasks`, one CPU each, in the caller's Ray session;
+    ``this_node``: pinned to the driver's node), yielding results as they finish. The stream
+    is put in the object store once; workers read it zero-copy. The tasks still pending when
+    this ends (an error, an interrupt) are cancelled."""
+    options = {"num_cpus": 1, **(on_this_node() if this_node else {})}
+    ref = put_shared(x)
     # largest (most history) first, so the last task to start is a short one
     order = sorted(chunks, key=lambda c: -(c[2] - c[0]))
-    pending = [task.remote(ref, c, params, *extra) for c in order]
-    try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
-    finally:
-        for r in pending:
-            ray.cancel(r)
+    calls = [TaskCall(fn, (ref, c, params, *extra), options) for c in order]
+    results = run_tasks(calls, ordered=False)
+    with contextlib.closing(results):  # cancels the pending tasks when this generator closes
+        for _, result in results:
+            yield result

@@ -4,7 +4,7 @@
 manifest or its folder), reads it and checks its shards through the one verified path
 (:func:`tokenmill.manifests.verify.open_shards`: presence, headers and, unless ``verify:
 false``, every shard's and sidecar's sha256), once per run. A curation manifest is planned
-into an in-memory training-mix manifest (:func:`tokenmill.train.data.plan_curation`: all its
+into an in-memory training-mix manifest (:func:`tokenmill.manifests.mix.plan_curation`: all its
 sources at their mixture weights, one pass). Everything that reads the data afterwards
 (the trainer, the LEM and n-gram side inputs, validation) asks the :class:`TrainData` it is
 handed, which builds every :class:`~tokenmill.train.data.MixLoader` of the run in one place
@@ -21,8 +21,8 @@ lem`` and ``ngram features`` are aligned with).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -30,11 +30,13 @@ from typing import Literal
 import numpy as np
 import torch
 
+from tokenmill.manifests.mix import plan_curation
 from tokenmill.manifests.mixschema import TrainingMixManifest, mix_identity_sha256
+from tokenmill.manifests.schedule import MixDocuments, documents_of
 from tokenmill.manifests.verify import manifest_file, open_shards
 from tokenmill.tokenizers import TokenizerIdentity
 from tokenmill.train.config import TrainConfig
-from tokenmill.train.data import MixLoader, plan_curation
+from tokenmill.train.data import MixLoader
 
 Kind = Literal["curation", "training-mix"]
 
@@ -71,6 +73,9 @@ class TrainData:
         seq_len: T, tokens per row of inputs (rows hold ``T + 1``).
         rows: rows per rank per micro-step (the config's ``batch_size``).
         rank, world: this process's share of every step.
+        documents: each split's documents (:class:`~tokenmill.manifests.schedule.MixDocuments`,
+            by ``"train"`` / ``"val"``), listed once when the data was opened: every loader
+            of the run is a view of them.
     """
 
     name: str
@@ -83,6 +88,8 @@ class TrainData:
     rows: int
     rank: int = 0
     world: int = 1
+    documents: Mapping[str, MixDocuments] = field(default_factory=dict, repr=False,
+                                                  compare=False)
 
     @property
     def global_rows(self) -> int:
@@ -117,17 +124,14 @@ class TrainData:
                world: int | None = None, rows: int | None = None) -> MixLoader:
         """A :class:`MixLoader` over the data yielding ``int64 [rows, seq_len]`` torch
         inputs/targets of each global step for ``rank`` of ``world`` (defaults: this
-        process's). Shards were verified when the data was opened; the loader still checks
-        their presence and headers.
-
-        Raises:
-            ShardVerifyError: a shard went missing or was truncated since (naming it).
-        """
+        process's), over the documents listed when the data was opened (nothing is read
+        again)."""
         rank = self.rank if rank is None else rank
         world = self.world if world is None else world
         rows = self.rows if rows is None else rows
-        return MixLoader(self.mix, self.seq_len, rows * world, world_size=world, rank=rank,
-                         split=split, output="torch", verify=False, root=self.root)
+        return MixLoader.from_documents(self.mix, self.root, self.documents[split],
+                                        self.seq_len, rows * world, world_size=world,
+                                        rank=rank, split=split, output="torch")
 
     def global_batches(self) -> Iterator[np.ndarray]:
         """The global stream step by step: ``int64 [global_rows, seq_len + 1]`` whole rows
@@ -184,13 +188,17 @@ def open_data(cfg: TrainConfig, rank: int = 0, world: int = 1,
     """Open the run's ``cfg.data`` (a training-mix manifest, or a curation manifest or its
     folder) once for ``rank`` of ``world``: read the manifest and check all its shards
     (both splits; sha256 unless ``verify`` (default ``cfg.verify``) is false). A curation
-    manifest is planned with ``cfg.seed`` into a one-pass mix of all its sources.
+    manifest is planned with ``cfg.seed`` into a one-pass mix of all its sources. Each
+    split's documents are listed once (:func:`~tokenmill.manifests.schedule.documents_of`),
+    for every loader of the run.
 
     Raises:
         FileNotFoundError: no manifest there.
         ShardVerifyError: the manifest is invalid, or a shard or sidecar is missing,
             truncated or (``verify``) differs (one line naming the file).
-        ValueError: not a JSON manifest; curation data without a source to read.
+        ValueError: not a JSON manifest; curation data without a source to read; a
+            sidecar or range that disagrees with the manifest, a split without documents
+            (see :func:`~tokenmill.manifests.schedule.load_documents`).
     """
     kind = data_kind(cfg.data)
     opened = open_shards(cfg.data, None, kind=kind,
@@ -199,10 +207,10 @@ def open_data(cfg: TrainConfig, rank: int = 0, world: int = 1,
         mix, root = opened.manifest, opened.root
     else:
         mix, root = plan_curation(opened, seed=cfg.seed, epochs=1.0)
+    documents = {split: documents_of(mix, root, split) for split in ("train", "val")}
     return TrainData(name=cfg.data, manifest_path=opened.manifest_path, kind=kind, mix=mix,
-                     root=root,
-                     tokenizer=mix.tokenizer, seq_len=cfg.seq_len, rows=cfg.batch_size,
-                     rank=rank, world=world)
+                     root=root, tokenizer=mix.tokenizer, seq_len=cfg.seq_len,
+                     rows=cfg.batch_size, rank=rank, world=world, documents=documents)
 
 
 def doc_ids(cu_seqlens: torch.Tensor | np.ndarray, b: int, t: int) -> torch.Tensor:

@@ -84,16 +84,15 @@ import numba
 import numpy as np
 from numba import njit
 
-from tokenmill.manifests.mix import MixSourceSpec, MixSpec, plan_mix
+from tokenmill.manifests.mix import curation_mix
 from tokenmill.manifests.mixschema import TrainingMixManifest
 from tokenmill.manifests.schedule import MixDocuments, MixSchedule, load_documents
-from tokenmill.manifests.verify import OpenedShards, open_shards, read_manifest
+from tokenmill.manifests.verify import read_manifest
 from tokenmill.tokenizers import check_installed
 
 STATE_VERSION = 1
 
-__all__ = ["STATE_VERSION", "MixDocuments", "MixLoader", "curation_mix", "load_documents",
-           "plan_curation"]
+__all__ = ["STATE_VERSION", "MixDocuments", "MixLoader", "load_documents"]
 
 
 @njit(cache=True)
@@ -137,50 +136,6 @@ def _fill(shards, eot, T, row_lo, row_hi, row_ptr, piece_shard, piece_off, piece
     cu[n_cu] = (row_hi - row_lo) * T
     return n_cu + 1
 
-
-
-def curation_mix(manifest: str | os.PathLike, seed: int = 0, epochs: float = 1.0,
-                 verify: bool = True) -> tuple[TrainingMixManifest, Path]:
-    """An in-memory training-mix manifest over a curation manifest: every source at its
-    ``mixture_weight``, ``max_epochs=epochs``, a budget of all train tokens x ``epochs``,
-    ``on_shortfall: shrink`` (so :func:`~tokenmill.manifests.mix.plan_mix`'s rules: each
-    source granted at most ``epochs`` passes, document-aligned, no replacement).
-
-    Returns:
-        (the manifest, the folder its shard paths are relative to).
-
-    Raises:
-        ShardVerifyError: the curation manifest is missing, a training-mix manifest,
-            invalid, or a shard is missing, truncated or (``verify``) differs.
-        ValueError: no source has a positive weight and train tokens.
-    """
-    return plan_curation(open_shards(manifest, None, kind="curation", verify=verify),
-                         seed=seed, epochs=epochs)
-
-
-def plan_curation(opened: OpenedShards, seed: int = 0, epochs: float = 1.0
-                  ) -> tuple[TrainingMixManifest, Path]:
-    """:func:`curation_mix` of a curation manifest already opened (and checked) with
-    :func:`~tokenmill.manifests.verify.open_shards`.
-
-    Raises:
-        ValueError: no source has a positive weight and train tokens.
-    """
-    m = opened.manifest
-    avail = sum(s.tokens.get("train", 0) for s in m.sources)
-    if avail <= 0 or not any(s.mixture_weight > 0 and s.tokens.get("train", 0) > 0
-                             for s in m.sources):
-        raise ValueError(f"{opened.manifest_path}: no source with train tokens and a "
-                         "positive mixture weight")
-    sources = {s.name: MixSourceSpec(source=s.name, weight=s.mixture_weight,
-                                     max_epochs=epochs)
-               for s in m.sources if s.tokens.get("train", 0) > 0}
-    # the manifest by its name in its folder: the plan (and a loader state) does not
-    # depend on where the folder lives
-    spec = MixSpec(name=f"{m.name}-curation", manifests=[opened.manifest_path.name],
-                   target_tokens=max(1, int(avail * epochs)), seed=seed, sources=sources)
-    plan = plan_mix(spec, opened.root, verify=False)  # verified just above
-    return plan.manifest, Path(plan.root)
 
 
 class MixLoader:
@@ -231,12 +186,41 @@ class MixLoader:
         root: str | os.PathLike | None = None,
     ) -> None:
         if isinstance(manifest, TrainingMixManifest):
-            self.manifest = manifest
-            self.root = Path(root) if root is not None else Path.cwd()
+            mix, where = manifest, Path(root) if root is not None else Path.cwd()
         else:
-            path, self.manifest = read_manifest(manifest, kind="training-mix")
-            check_installed(self.manifest.tokenizer, str(path))
-            self.root = path.resolve().parent
+            path, mix = read_manifest(manifest, kind="training-mix")
+            check_installed(mix.tokenizer, str(path))
+            where = path.resolve().parent
+        self._set_up(mix, where, load_documents(mix, where, split, verify), seq_len,
+                     batch_size, world_size, rank, split, dtype, output, pin_memory,
+                     remainder, max_steps, provenance)
+        if state is not None:
+            self.load_state_dict(state)
+
+    @classmethod
+    def from_documents(cls, mix: TrainingMixManifest, root: str | os.PathLike,
+                       docs: MixDocuments, seq_len: int, batch_size: int, *,
+                       world_size: int = 1, rank: int = 0,
+                       split: Literal["train", "val"] = "train",
+                       output: Literal["numpy", "torch"] = "numpy") -> MixLoader:
+        """A loader at step 0 over documents already listed: ``docs``, the ``split``
+        documents of the training-mix manifest ``mix`` (shard paths relative to ``root``),
+        as :func:`tokenmill.train.batches.open_data` opens them once per run. Nothing is
+        read again. Other arguments, and the ``ValueError`` s raised, are
+        :class:`MixLoader`'s (int64 rows, ``remainder="carry"``)."""
+        loader = cls.__new__(cls)
+        loader._set_up(mix, Path(root), docs, seq_len, batch_size, world_size, rank, split,
+                       np.int64, output, False, "carry", None, False)
+        return loader
+
+    def _set_up(self, mix: TrainingMixManifest, root: Path, docs: MixDocuments, seq_len: int,
+                batch_size: int, world_size: int, rank: int, split: Literal["train", "val"],
+                dtype: Any, output: Literal["numpy", "torch"], pin_memory: bool,
+                remainder: Literal["carry", "drop"], max_steps: int | None,
+                provenance: bool) -> None:
+        """Check the arguments, take ``split``'s documents and plan the schedule (at
+        step 0)."""
+        self.manifest, self.root = mix, root
         self._check_args(seq_len, batch_size, world_size, rank, remainder, output, dtype)
         self.seq_len, self.batch_size = int(seq_len), int(batch_size)
         self.world_size, self.rank = int(world_size), int(rank)
@@ -247,23 +231,22 @@ class MixLoader:
         self.remainder = remainder
         self.provenance = provenance
         self.eot = int(self.manifest.tokenizer.eot_token)
-        self._load_documents(verify)
+        self._use_documents(docs)
         self.schedule = MixSchedule(self.manifest, self.documents, split, self.seq_len,
                                     self.batch_size, carry_all=remainder == "carry")
         steps = self.schedule.num_steps()
         self.num_steps = int(steps if max_steps is None else min(steps, max_steps))
-        self.reset()
-        if state is not None:
-            self.load_state_dict(state)
+        self.step = 0  # a new schedule starts before step 0
 
     @classmethod
     def from_curation(cls, manifest: str | os.PathLike, seq_len: int, batch_size: int, *,
                       seed: int = 0, epochs: float = 1.0, verify: bool = True,
                       **kwargs: Any) -> MixLoader:
         """A loader over a curation manifest (``manifest.json`` or its folder) through the
-        same code: :func:`curation_mix` plans the in-memory training-mix manifest (every
-        source at its mixture weight, at most ``epochs`` passes, no replacement); other
-        arguments are :class:`MixLoader`'s. ``num_steps`` is that budget's steps."""
+        same code: :func:`~tokenmill.manifests.mix.curation_mix` plans the in-memory
+        training-mix manifest (every source at its mixture weight, at most ``epochs``
+        passes, no replacement); other arguments are :class:`MixLoader`'s. ``num_steps``
+        is that budget's steps."""
         m, root = curation_mix(manifest, seed=seed, epochs=epochs, verify=verify)
         return cls(m, seq_len, batch_size, root=root, verify=False, **kwargs)
 
@@ -285,8 +268,7 @@ class MixLoader:
         if np.dtype(dtype) not in (np.dtype(np.int64), np.dtype(np.int32)):
             raise ValueError(f"dtype must be int64 or int32, not {np.dtype(dtype)}")
 
-    def _load_documents(self, verify: bool) -> None:
-        docs = load_documents(self.manifest, self.root, self.split, verify)
+    def _use_documents(self, docs: MixDocuments) -> None:
         self.documents = docs
         self.source_names = docs.source_names
         self.shard_paths = docs.shard_paths

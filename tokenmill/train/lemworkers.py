@@ -21,12 +21,13 @@ submitted) and the results of the chunks in flight.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 
 import numpy as np
 import torch
 
 from tokenmill.ngram.lem_chunks import lem_chunk_position, plan_chunks
-from tokenmill.raysession import init_ray
+from tokenmill.raysession import TaskCall, TaskPool, ray_session
 from tokenmill.train.batches import TrainData
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.lemside import DEFAULT_WINDOW, LEM_NAMES, lem_for_validation
@@ -54,8 +55,6 @@ class LEMWorkers:
         return cls(data, cfg) if cfg.lem and cfg.lem_workers else None
 
     def __init__(self, data: TrainData, cfg: TrainConfig, ahead: int | None = None) -> None:
-        import ray
-
         self.data = data
         self.w = data.row_tokens
         n = cfg.steps * cfg.grad_accum * data.global_rows * self.w
@@ -69,9 +68,11 @@ class LEMWorkers:
         self.read_to = 0
         self.batches = data.global_batches()
         self.ahead = ahead or 2 * cfg.lem_workers
-        self.started = init_ray(None, cfg.lem_workers)
-        self.task = ray.remote(num_cpus=1, max_retries=3)(lem_chunk_position)
-        self.refs: dict[int, object] = {}
+        # Ray up for the feed's life (shut down by close() if this feed started it)
+        self._ray = ExitStack()
+        self._ray.enter_context(ray_session(None, cfg.lem_workers))
+        self.tasks = TaskPool()
+        self.handles: dict[int, int] = {}  # chunk index -> its pending task
         self.done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.next_chunk = 0
         self.wait_s, self.lag_sum, self.lag_n, self.step = 0.0, 0, 0, 0
@@ -88,17 +89,16 @@ class LEMWorkers:
         while self.next_chunk <= min(last, len(self.chunks) - 1):
             start, lo, hi = self.chunks[self.next_chunk]
             self._read_stream(hi)
-            self.refs[self.next_chunk] = self.task.remote(
-                self.stream[start:hi].copy(), hi - lo, **self.kw)
+            call = TaskCall(lem_chunk_position, (self.stream[start:hi].copy(), hi - lo),
+                            {"num_cpus": 1}, self.kw)
+            self.handles[self.next_chunk] = self.tasks.submit(call)
             self.next_chunk += 1
 
     def _chunk(self, c: int) -> tuple[np.ndarray, np.ndarray]:
-        import ray
-
         if c not in self.done:
-            if c not in self.refs:
+            if c not in self.handles:
                 self._submit_to(c)
-            self.done[c] = ray.get(self.refs.pop(c))
+            self.done[c] = self.tasks.result(self.handles.pop(c))
         return self.done[c]
 
     def skip_to(self, step: int) -> None:
@@ -106,8 +106,8 @@ class LEMWorkers:
         c = int(np.searchsorted(self.los, step * self.data.global_rows * self.w,
                                 side="right")) - 1
         if c > self.next_chunk:
-            for i in list(self.refs):
-                del self.refs[i]
+            for i in list(self.handles):
+                self.tasks.cancel(self.handles.pop(i))
             self.next_chunk = c
         self.step = step
         self._submit_to(c + self.ahead)
@@ -153,11 +153,8 @@ class LEMWorkers:
         return self.lag_sum / self.lag_n if self.lag_n else float("nan")
 
     def close(self) -> None:
-        """Drop the tasks in flight; shut Ray down if this feed started it."""
-        self.refs.clear()
+        """Cancel the tasks in flight; shut Ray down if this feed started it."""
+        self.handles.clear()
+        self.tasks.close()
         self.done.clear()
-        if self.started:
-            import ray
-
-            ray.shutdown()
-            self.started = False
+        self._ray.close()

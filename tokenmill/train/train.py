@@ -373,13 +373,12 @@ def open_side_inputs(data: TrainData, cfg: TrainConfig) -> dict[str, SideInput]:
     return side
 
 
-def _build(cfg: TrainConfig, data: TrainData, loader: MixLoader,
+def _build(cfg: TrainConfig, data: TrainData, loader: MixLoader, val: torch.Tensor,
            side: dict[str, SideInput], resume: bool) -> Run:
-    """Device and process group, the validation rows, model and optimizer (the same seed on
+    """Device and process group, model and optimizer (the same seed on
     every rank), targets and masks beside the tokens, with ``resume`` the newest
     checkpoint's state, then the side inputs (continued at the run's step)."""
     device = init_device(cfg)
-    val = data.validation_rows(cfg.val_tokens)
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
     n_vocab, ngram = data.tokenizer.n_vocab, side.get("ngram")
     mcfg = GPTConfig.preset(cfg.model, vocab_size=n_vocab, max_seq_len=cfg.seq_len,
@@ -423,9 +422,10 @@ def setup(cfg: TrainConfig, resume: bool = False) -> Run:
     data = open_data(cfg, rank, world)
     loader = data.loader()
     data.check_budget(loader, cfg.steps * cfg.grad_accum)
+    val = data.validation_rows(cfg.val_tokens)
     side = open_side_inputs(data, cfg)
     try:
-        run = _build(cfg, data, loader, side, resume)
+        run = _build(cfg, data, loader, val, side, resume)
     except BaseException:
         for feed in side.values():
             feed.close()
