@@ -41,6 +41,7 @@ import pyarrow as pa
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+from tokenmill.pipeline.document.decontaminate import Decontaminate, build_kwargs
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.length import LengthFilter
 from tokenmill.pipeline.document.quality import build_quality_filter
@@ -154,6 +155,7 @@ STAGES: tuple[StageDef, ...] = (
     _quality_stage("fineweb"),
     StageDef("language", "document", LanguageFilter, _language, counts="filtered",
              metadata=(("language", pa.string()), ("language_score", pa.float32()))),
+    StageDef("decontaminate", "document", Decontaminate, build_kwargs, counts="filtered"),
     StageDef("exact_dedup", "global", ExactDedup, lambda c, s: {}, counts="exact_duplicates"),
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
     StageDef("tokenize", "block", Tokenize,
