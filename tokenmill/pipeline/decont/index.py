@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+import xxhash
 
 from tokenmill.atomic import atomic_open
-from tokenmill.pipeline.decont.text import example_ngrams, hash_strings
+from tokenmill.pipeline.decont.text import example_ngrams
 
 INDEX_VERSION = 1
 
@@ -116,18 +119,18 @@ def examples(es: dict[str, Any], root: str | None
 
 
 def _build(decont: dict[str, Any], root: str | None, folder: Path) -> None:
-    hashes: list[np.ndarray] = []
-    owners: list[np.ndarray] = []
+    hashes, owners = array("Q"), array("I")  # 8 + 4 bytes an n-gram, not Python ints
     names: list[list[str]] = []
     rules = (decont["n"], decont["query_ngrams"], decont["overlap_ngrams"])
+    h64 = xxhash.xxh64_intdigest
     for es in decont["eval_sets"]:
         for ex_id, labels, query in examples(es, root):
             grams = [g for label in labels for g in example_ngrams(label, query, *rules)]
-            hashes.append(hash_strings(grams))
-            owners.append(np.full(len(grams), len(names), dtype=np.uint32))
+            hashes.extend(h64(g.encode()) for g in grams)
+            owners.extend(itertools.repeat(len(names), len(grams)))
             names.append([es["name"], ex_id])
-    h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-    o = np.concatenate(owners) if owners else np.zeros(0, np.uint32)
+    h = np.frombuffer(hashes, dtype=np.uint64)
+    o = np.frombuffer(owners, dtype=np.uint32)
     order = np.lexsort((o, h))  # by hash, then the first example
     h, o = h[order], o[order]
     first = np.ones(len(h), dtype=bool)

@@ -91,8 +91,9 @@ def simplify_text(text: str) -> str:
     ``TextNormConfig`` (see the module docstring)."""
     text = _NUMBER.sub("0", text.lower())
     text = _WHITESPACE.sub(" ", text.translate(_PUNCT_TO_SPACE).strip())
-    text = "".join(c for c in unicodedata.normalize("NFD", text)
-                   if unicodedata.category(c) != "Mn")
+    if not text.isascii():  # ASCII has no combining marks and is its own NFD
+        text = "".join(c for c in unicodedata.normalize("NFD", text)
+                       if unicodedata.category(c) != "Mn")
     return text.strip()
 
 
