@@ -18,11 +18,12 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from tests.pipeline.decont_data import ALL_CORPORA, corpus_texts, planted, qa_examples
-from tokenmill.pipeline.decont.index import ensure_index, index_key
+from tokenmill.pipeline.decont.index import contains, ensure_index, index_key, load_index
 from tokenmill.pipeline.decont.text import normalized_words, simplify_text
 from tokenmill.pipeline.document.decontaminate import Decontaminate
 
@@ -203,3 +204,21 @@ def test_tokenmill_run_quarantines_planted_documents(tmp_path):
     src, = manifest["sources"]
     assert src["counts"]["filtered"] == {"contaminated:bench": 3}
     assert src["stages"]["decontaminate"]["rejected"] == {"contaminated:bench": 3}
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 1000, 70_000])
+def test_bucketed_lookup_finds_exactly_the_indexed_hashes(tmp_path, size):
+    rng = np.random.default_rng(size)
+    words = ["w" + "".join(chr(97 + int(c)) for c in str(i)) for i in range(size + N)]
+    evals = _write_jsonl(tmp_path / "e.jsonl", [{"id": 0, "answer": " ".join(words)}])
+    cfg = _decont_cfg(evals) | {"eval_sets": [{"name": "qa", "path": str(evals),
+                                               "answer_field": "answer",
+                                               "prompt_field": None, "id_field": None}]}
+    hashes, owners, buckets = load_index(ensure_index(cfg, None, tmp_path))
+    assert len(hashes) >= size + 1 and np.all(np.diff(hashes.astype(np.float64)) >= 0)
+    query = np.concatenate([hashes[rng.permutation(len(hashes))[:50]],
+                            rng.integers(0, 2**63, 200, dtype=np.uint64)])
+    found = contains(hashes, buckets, query)
+    expect = np.searchsorted(hashes, query)
+    inside = (expect < len(hashes)) & (hashes[np.minimum(expect, len(hashes) - 1)] == query)
+    assert np.array_equal(found, np.where(inside, expect, -1))

@@ -7,9 +7,13 @@ eval set, its name, fields and the sha256 of its file; a rerun with the same eva
 and rules reuses it. It holds
 
 ``hashes.npy``
-    the distinct n-gram hashes, sorted, ``uint64`` (``H``,); workers memory-map it
-    and look hashes up with :func:`numpy.searchsorted` (O(log H) per n-gram: the cost per
-    training document barely grows with the eval sets' size).
+    the distinct n-gram hashes, sorted, ``uint64`` (``H``,); workers memory-map it.
+``buckets.npy``
+    where each value of a hash's top ``bits`` starts in ``hashes``, ``uint64``
+    (``2**bits + 1``,), ``bits = max(0, ceil(log2 H) - 1)`` (about two hashes a bucket):
+    a lookup (:func:`contains`) reads one bucket bound and the bucket's one or two
+    hashes, so its cost per n-gram does not grow with the eval sets' size, as a binary
+    search's O(log H) cache misses would.
 ``owners.npy``
     per hash, the number of the first example (in eval-set and row order) that has the
     n-gram, ``uint32`` (``H``,).
@@ -36,7 +40,7 @@ import xxhash
 from tokenmill.atomic import atomic_open
 from tokenmill.pipeline.decont.text import example_ngrams
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 
 
 @functools.lru_cache(maxsize=64)
@@ -136,7 +140,13 @@ def _build(decont: dict[str, Any], root: str | None, folder: Path) -> None:
     first = np.ones(len(h), dtype=bool)
     first[1:] = h[1:] != h[:-1]
     folder.mkdir(parents=True, exist_ok=True)
-    for name, arr in (("hashes.npy", h[first]), ("owners.npy", o[first])):
+    h, o = h[first], o[first]
+    bits = max(0, int(len(h) - 1).bit_length() - 1)
+    edges = np.arange(2 ** bits + 1, dtype=np.uint64) << np.uint64(64 - bits) \
+        if bits else np.array([0, 0], dtype=np.uint64)
+    starts = np.searchsorted(h, edges).astype(np.uint64)
+    starts[-1] = len(h)  # the last edge wrapped to 0
+    for name, arr in (("hashes.npy", h), ("owners.npy", o), ("buckets.npy", starts)):
         with atomic_open(folder / name) as f:
             np.save(f, arr)
     with atomic_open(folder / "examples.json", "w") as f:  # written last: the index is whole
@@ -151,10 +161,27 @@ def ensure_index(decont: dict[str, Any], root: str | None, work: str | os.PathLi
     return str(folder)
 
 
-def load_index(folder: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """``(hashes, owners)`` of an index, memory-mapped read-only."""
-    return (np.load(Path(folder) / "hashes.npy", mmap_mode="r"),
-            np.load(Path(folder) / "owners.npy", mmap_mode="r"))
+def load_index(folder: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(hashes, owners, buckets)`` of an index, memory-mapped read-only."""
+    return tuple(np.load(Path(folder) / f"{name}.npy", mmap_mode="r")  # type: ignore
+                 for name in ("hashes", "owners", "buckets"))
+
+
+def contains(hashes: np.ndarray, buckets: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Per hash of ``query`` (``uint64``, (``Q``,)) its position in ``hashes``, or -1:
+    ``int64`` (``Q``,). ``hashes``/``buckets`` as :func:`load_index` gives them."""
+    bits = (len(buckets) - 1).bit_length() - 1
+    b = (query >> np.uint64(64 - bits)).astype(np.int64) if bits else \
+        np.zeros(len(query), np.int64)
+    lo = buckets[b].astype(np.int64)
+    size = buckets[b + 1].astype(np.int64) - lo
+    found = np.full(len(query), -1, dtype=np.int64)
+    for k in range(int(size.max()) if len(size) else 0):  # buckets hold ~2 hashes
+        live = np.flatnonzero((size > k) & (found < 0))
+        at = lo[live] + k
+        hit = hashes[at] == query[live]
+        found[live[hit]] = at[hit]
+    return found
 
 
 def load_examples(folder: str | os.PathLike) -> list[list[str]]:

@@ -4,7 +4,8 @@ are removed (GPT-3's 13-gram overlap, Brown et al. 2020; the rules of datatrove'
 span query and label, see :mod:`tokenmill.pipeline.decont.text`).
 
 The eval-set index is built once per datamix on the driver (:func:`build_kwargs`, content
-addressed under ``<output>/work/decont``) and memory-mapped by each worker. A removed
+addressed under ``<output>/work/decont``) and memory-mapped by each worker (a bucketed
+sorted hash array: two memory reads an n-gram, whatever the eval sets' size). A removed
 document is quarantined with reason ``contaminated:<eval set>`` (so the manifest and the
 report count removals per eval set) and ``detail`` a JSON object with ``eval_set``,
 ``example_id`` and ``ngram`` (the first of the document's n-grams found in the index).
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
-from tokenmill.pipeline.decont.index import ensure_index, load_examples, load_index
+from tokenmill.pipeline.decont.index import contains, ensure_index, load_examples, load_index
 from tokenmill.pipeline.decont.text import hash_strings, ngram_strings, normalized_words
 from tokenmill.pipeline.stage import Document, DocumentStage
 
@@ -46,23 +47,23 @@ class Decontaminate(DocumentStage):
         self.n = n
         self._hashes: np.ndarray | None = None
         self._owners: np.ndarray | None = None
+        self._buckets: np.ndarray | None = None
         self._examples: list[list[str]] | None = None
 
     def match(self, text: str) -> tuple[int, str] | None:
         """``(example number, n-gram)`` of the first of ``text``'s n-grams in the index,
         or ``None``."""
         if self._hashes is None:
-            self._hashes, self._owners = load_index(self.config["index"])
+            self._hashes, self._owners, self._buckets = load_index(self.config["index"])
         grams = ngram_strings(normalized_words(text), self.n)
         if not grams or not len(self._hashes):
             return None
-        h = hash_strings(grams)
-        pos = np.minimum(np.searchsorted(self._hashes, h), len(self._hashes) - 1)
-        hit = self._hashes[pos] == h
-        if not hit.any():
+        found = contains(self._hashes, self._buckets, hash_strings(grams))
+        hits = np.flatnonzero(found >= 0)
+        if not len(hits):
             return None
-        first = int(np.argmax(hit))
-        return int(self._owners[pos[first]]), grams[first]
+        first = int(hits[0])
+        return int(self._owners[found[first]]), grams[first]
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:
         for doc in docs:
