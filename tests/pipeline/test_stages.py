@@ -43,7 +43,7 @@ def test_changing_one_filter_recomputes_exactly_that_stage_on(tmp_path):
     assert c4_changed["c4:too_few_sentences"] < c4_first["c4:too_few_sentences"]
 
 
-def test_everything_is_derived_from_the_one_stage_list():
+def test_everything_is_derived_from_the_one_stage_list(tmp_path):
     names = [s.name for s in stages.STAGES]
     assert len(set(names)) == len(names)
     # the report's order is the stage list's (read errors right after read)
@@ -55,11 +55,14 @@ def test_everything_is_derived_from_the_one_stage_list():
     fed = {s.counts for s in stages.STAGES if s.counts}
     assert fed == set(SourceCounts.model_fields) - {"read", "kept"}
     # every stage has the DocumentStage / GlobalStage shape: a name, version, fingerprint
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text('{"answer": "an answer"}\n')
     cfg = DatamixConfig(name="x", sources=[{"name": "s", "path": "s",
                                          "document_license": "cc-attributes"}],
                         quality={n: {} for n in ("gopher_quality", "gopher_repetition", "c4",
                                                  "fineweb")},
-                        language={}, fuzzy_dedup={})
+                        language={}, fuzzy_dedup={}, output_dir=str(tmp_path),
+                        decontamination={"eval_sets": [{"name": "e", "path": str(evals)}]})
     for s in stages.STAGES:
         kw = s.kwargs(cfg, cfg.sources[0])
         if s.scope == "read":
