@@ -188,11 +188,12 @@ def test_tokenmill_run_quarantines_planted_documents(tmp_path):
         "sources: [{name: web, path: web}]\ndecontamination:\n  eval_sets:\n"
         "    - {name: bench, path: bench.jsonl, prompt_field: question, "
         "answer_field: answer, id_field: id}\n")
-    r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "run", str(tmp_path / "mix.yaml"),
-                        "-q", "-o", str(tmp_path / "o"), "--num-cpus", "1",
-                        "--data-root", str(tmp_path)],
-                       capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "tokenmill.cli", "run", str(tmp_path / "mix.yaml"), "-q",
+           "-o", str(tmp_path / "o"), "--num-cpus", "1", "--data-root", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    index, = (tmp_path / "o" / "work" / "decont").iterdir()
+    built = (index / "hashes.npy").stat().st_mtime_ns
     assert "contaminated:bench 3" in r.stdout
     q = pq.read_table(tmp_path / "o" / "quarantine" / "web.parquet").to_pylist()
     got = {row["key"]: json.loads(row["detail"]) for row in q if row["stage"] == "decontaminate"}
@@ -204,6 +205,12 @@ def test_tokenmill_run_quarantines_planted_documents(tmp_path):
     src, = manifest["sources"]
     assert src["counts"]["filtered"] == {"contaminated:bench": 3}
     assert src["stages"]["decontaminate"]["rejected"] == {"contaminated:bench": 3}
+    # a rerun finds the index by content and writes the same manifest
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert [p.name for p in (tmp_path / "o" / "work" / "decont").iterdir()] == [index.name]
+    assert (index / "hashes.npy").stat().st_mtime_ns == built
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text()) == manifest
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 1000, 70_000])
