@@ -57,12 +57,16 @@ def test_everything_is_derived_from_the_one_stage_list(tmp_path):
     # every stage has the DocumentStage / GlobalStage shape: a name, version, fingerprint
     model = tmp_path / "model.bin"
     model.write_bytes(b"not read: the stage loads its model on its first block")
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text('{"answer": "an answer"}\n')
     cfg = DatamixConfig(name="x", sources=[{"name": "s", "path": "s", "url_field": "url",
                                          "document_license": "cc-attributes"}],
                         quality={n: {} for n in ("gopher_quality", "gopher_repetition", "c4",
                                                  "fineweb")},
                         language={}, fuzzy_dedup={}, url_filter={}, pii={},
-                        classifier={"model": str(model), "label": "hq", "top_fraction": 0.5})
+                        classifier={"model": str(model), "label": "hq", "top_fraction": 0.5},
+                        output_dir=str(tmp_path),
+                        decontamination={"eval_sets": [{"name": "e", "path": str(evals)}]})
     for s in stages.STAGES:
         kw = s.kwargs(cfg, cfg.sources[0])
         if s.scope == "read":

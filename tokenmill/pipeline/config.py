@@ -318,6 +318,52 @@ class FuzzyDedupConfig(_Model):
                               "Jaccard check; false: decide on the MinHash estimate alone")
 
 
+class EvalSetConfig(_Model):
+    """One evaluation set the training documents are checked against: a local jsonl or
+    parquet file, one example per row."""
+
+    name: str = Field(description="the eval set's name in the quarantine, manifest and report "
+                      "(letters, digits, '.', '_', '-')")
+    path: str = Field(description="local .jsonl or .parquet file (relative to data_root, or "
+                      "absolute); remote files and Hub ids are not read")
+    answer_field: str = Field(default="answer", description="the column or JSON key holding "
+                              "the answer (the label; a list of strings: each is a label)")
+    prompt_field: str | None = Field(default=None, description="the column or JSON key "
+                                     "holding the prompt (the query); none: labels only")
+    id_field: str | None = Field(default=None, description="the column or JSON key holding "
+                                 "the example's id; none: its row number")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", v):
+            raise ValueError(f"eval set name {v!r}: letters, digits, '.', '_', '-' only")
+        return v
+
+
+class DecontaminationConfig(_Model):
+    """Removal of documents sharing an n-gram of normalized words with an eval set, with
+    the n-gram rules of datatrove's ``NGramsDecontConfig``."""
+
+    eval_sets: list[EvalSetConfig] = Field(description="the eval sets (at least one; names "
+                                           "unique)")
+    n: int = Field(default=12, ge=1, description="words per n-gram")
+    query_ngrams: bool = Field(default=False, description="also match n-grams of the prompt "
+                               "alone")
+    overlap_ngrams: bool = Field(default=True, description="also match n-grams that span "
+                                 "the end of the prompt and the start of the answer")
+
+    @model_validator(mode="after")
+    def _sets(self) -> DecontaminationConfig:
+        names = [e.name for e in self.eval_sets]
+        if not names:
+            raise ValueError("decontamination needs at least one eval set")
+        if len(set(names)) < len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"duplicate eval set names: {dup}")
+        return self
+
+
 class DedupConfig(_Model):
     """How exact and fuzzy dedup are cut into Ray tasks (never what they decide).
 
@@ -420,6 +466,9 @@ class DatamixConfig(_Model):
     fuzzy_dedup: FuzzyDedupConfig | None = Field(
         default=None,
         description="MinHash-LSH near-duplicate removal; none: only exact dedup runs")
+    decontamination: DecontaminationConfig | None = Field(
+        default=None,
+        description="removal of documents that overlap eval sets; none: no decontamination")
     shards: ShardConfig = Field(
         default_factory=ShardConfig,
         description="shard size and the validation split")

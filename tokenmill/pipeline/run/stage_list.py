@@ -43,6 +43,7 @@ from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
 from tokenmill.pipeline.document.classifier import ClassifierFilter
 from tokenmill.pipeline.document.classifier_top import ClassifierTopFraction
+from tokenmill.pipeline.document.decontaminate import Decontaminate, build_kwargs
 from tokenmill.pipeline.document.language import LanguageFilter
 from tokenmill.pipeline.document.length import LengthFilter
 from tokenmill.pipeline.document.pii import PIIRedact
@@ -201,6 +202,7 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("classifier", "document", ClassifierFilter, _classifier, counts="filtered",
              metadata=(("classifier_score", pa.float32()),)),
     StageDef("pii", "document", PIIRedact, _for_sources("pii"), extra_field="pii_replacements"),
+    StageDef("decontaminate", "document", Decontaminate, build_kwargs, counts="filtered"),
     StageDef("exact_dedup", "global", ExactDedup, lambda c, s: {}, counts="exact_duplicates"),
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
     StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,

@@ -1,0 +1,189 @@
+"""The eval-set index: every n-gram hash of a datamix's eval sets, built once, shared
+with the workers through the file system.
+
+Content-addressed: the folder ``<work>/decont/<key>`` where ``key`` is the sha256 of the
+index version, the n-gram rules (``n``, ``query_ngrams``, ``overlap_ngrams``) and, per
+eval set, its name, fields and the sha256 of its file; a rerun with the same eval files
+and rules reuses it. It holds
+
+``hashes.npy``
+    the distinct n-gram hashes, sorted, ``uint64`` (``H``,); workers memory-map it.
+``buckets.npy``
+    where each value of a hash's top ``bits`` starts in ``hashes``, ``uint64``
+    (``2**bits + 1``,), ``bits = max(0, ceil(log2 H) - 1)`` (about two hashes a bucket):
+    a lookup (:func:`contains`) reads one bucket bound and the bucket's one or two
+    hashes, so its cost per n-gram does not grow with the eval sets' size, as a binary
+    search's O(log H) cache misses would.
+``owners.npy``
+    per hash, the number of the first example (in eval-set and row order) that has the
+    n-gram, ``uint32`` (``H``,).
+``examples.json``
+    per example number ``[eval set name, example id]``; read only when a document matches.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import os
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import xxhash
+
+from tokenmill.atomic import atomic_open
+from tokenmill.pipeline.decont.text import example_ngrams
+
+INDEX_VERSION = 2
+
+
+@functools.lru_cache(maxsize=64)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def eval_file(path: str, root: str | None) -> Path:
+    """The eval set file ``path`` (relative to ``root`` unless absolute). Raises
+    ``ValueError`` (one line) when it is missing or neither .jsonl nor .parquet."""
+    p = Path(path) if Path(path).is_absolute() or root is None else Path(root) / path
+    if not p.is_file():
+        raise ValueError(f"eval set file {p}: not found")
+    if p.suffix not in (".jsonl", ".parquet"):
+        raise ValueError(f"eval set file {p}: expected a .jsonl or .parquet file")
+    return p
+
+
+def index_key(decont: dict[str, Any], root: str | None) -> str:
+    """sha256 naming the index of the decontamination config ``decont`` (a
+    ``DecontaminationConfig`` dump), eval files relative to ``root``."""
+    sets = []
+    for es in decont["eval_sets"]:
+        p = eval_file(es["path"], root)
+        st = p.stat()
+        sets.append([es["name"], es["answer_field"], es["prompt_field"], es["id_field"],
+                     _file_sha256(str(p), st.st_size, st.st_mtime_ns)])
+    rules = [decont["n"], decont["query_ngrams"], decont["overlap_ngrams"]]
+    blob = json.dumps([INDEX_VERSION, rules, sets], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _rows(path: Path, fields: list[str]) -> Iterator[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        table = pq.read_table(path)
+        missing = [f for f in fields if f not in table.column_names]
+        if missing:
+            raise ValueError(f"eval set file {path}: no column {missing[0]!r}")
+        yield from table.select(fields).to_pylist()
+        return
+    with open(path, encoding="utf-8") as f:
+        for row, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"eval set file {path}: row {row}: invalid JSON ({e.msg})") \
+                    from None
+            missing = [k for k in fields if not isinstance(rec, dict) or k not in rec]
+            if missing:
+                raise ValueError(f"eval set file {path}: row {row}: no key {missing[0]!r}")
+            yield rec
+
+
+def _labels(value: Any, path: Path, row: int) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) for v in values):
+        raise ValueError(f"eval set file {path}: row {row}: the answer is not a string "
+                         f"or a list of strings")
+    return values
+
+
+def examples(es: dict[str, Any], root: str | None
+             ) -> Iterator[tuple[str, list[str], str | None]]:
+    """``(example id, labels, query)`` of each row of eval set ``es`` (an
+    ``EvalSetConfig`` dump). Raises ``ValueError`` naming the file and row."""
+    path = eval_file(es["path"], root)
+    fields = [f for f in (es["answer_field"], es["prompt_field"], es["id_field"]) if f]
+    for row, rec in enumerate(_rows(path, fields)):
+        ex_id = str(rec[es["id_field"]]) if es["id_field"] else str(row)
+        query = rec[es["prompt_field"]] if es["prompt_field"] else None
+        if query is not None and not isinstance(query, str):
+            raise ValueError(f"eval set file {path}: row {row}: the prompt is not a string")
+        yield ex_id, _labels(rec[es["answer_field"]], path, row), query
+
+
+def _build(decont: dict[str, Any], root: str | None, folder: Path) -> None:
+    hashes, owners = array("Q"), array("I")  # 8 + 4 bytes an n-gram, not Python ints
+    names: list[list[str]] = []
+    rules = (decont["n"], decont["query_ngrams"], decont["overlap_ngrams"])
+    h64 = xxhash.xxh64_intdigest
+    for es in decont["eval_sets"]:
+        for ex_id, labels, query in examples(es, root):
+            grams = [g for label in labels for g in example_ngrams(label, query, *rules)]
+            hashes.extend(h64(g.encode()) for g in grams)
+            owners.extend(itertools.repeat(len(names), len(grams)))
+            names.append([es["name"], ex_id])
+    h = np.frombuffer(hashes, dtype=np.uint64)
+    o = np.frombuffer(owners, dtype=np.uint32)
+    order = np.lexsort((o, h))  # by hash, then the first example
+    h, o = h[order], o[order]
+    first = np.ones(len(h), dtype=bool)
+    first[1:] = h[1:] != h[:-1]
+    folder.mkdir(parents=True, exist_ok=True)
+    h, o = h[first], o[first]
+    bits = max(0, int(len(h) - 1).bit_length() - 1)
+    edges = np.arange(2 ** bits + 1, dtype=np.uint64) << np.uint64(64 - bits) \
+        if bits else np.array([0, 0], dtype=np.uint64)
+    starts = np.searchsorted(h, edges).astype(np.uint64)
+    starts[-1] = len(h)  # the last edge wrapped to 0
+    for name, arr in (("hashes.npy", h), ("owners.npy", o), ("buckets.npy", starts)):
+        with atomic_open(folder / name) as f:
+            np.save(f, arr)
+    with atomic_open(folder / "examples.json", "w") as f:  # written last: the index is whole
+        json.dump(names, f)
+
+
+def ensure_index(decont: dict[str, Any], root: str | None, work: str | os.PathLike) -> str:
+    """The folder of the index of ``decont`` under ``work``, built unless it exists."""
+    folder = Path(work) / "decont" / index_key(decont, root)
+    if not (folder / "examples.json").is_file():
+        _build(decont, root, folder)
+    return str(folder)
+
+
+def load_index(folder: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(hashes, owners, buckets)`` of an index, memory-mapped read-only."""
+    return tuple(np.load(Path(folder) / f"{name}.npy", mmap_mode="r")  # type: ignore
+                 for name in ("hashes", "owners", "buckets"))
+
+
+def contains(hashes: np.ndarray, buckets: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Per hash of ``query`` (``uint64``, (``Q``,)) its position in ``hashes``, or -1:
+    ``int64`` (``Q``,). ``hashes``/``buckets`` as :func:`load_index` gives them."""
+    bits = (len(buckets) - 1).bit_length() - 1
+    b = (query >> np.uint64(64 - bits)).astype(np.int64) if bits else \
+        np.zeros(len(query), np.int64)
+    lo = buckets[b].astype(np.int64)
+    size = buckets[b + 1].astype(np.int64) - lo
+    found = np.full(len(query), -1, dtype=np.int64)
+    for k in range(int(size.max()) if len(size) else 0):  # buckets hold ~2 hashes
+        live = np.flatnonzero((size > k) & (found < 0))
+        at = lo[live] + k
+        hit = hashes[at] == query[live]
+        found[live[hit]] = at[hit]
+    return found
+
+
+def load_examples(folder: str | os.PathLike) -> list[list[str]]:
+    """Per example number ``[eval set name, example id]``."""
+    return json.loads((Path(folder) / "examples.json").read_text())
