@@ -184,3 +184,58 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
             if "classifier_score" in t.column_names
             for s in t.column("classifier_score").to_pylist()]
     assert len(removed) == 150 and len(kept) == 50 and min(kept) >= max(removed)
+
+
+def test_a_model_given_by_url_is_read_once_through_run(tmp_path):
+    """`model: http://...` is downloaded once into OUT/work/downloads (a loopback server
+    stands in for the model's host); a URL that cannot be read is one line naming it."""
+    import functools
+    import http.server
+    import threading
+
+    train = tmp_path / "train.txt"
+    train.write_text("".join(f"__label__hq {w} the history of science\n__label__cc {w} buy "
+                             "cheap click now\n" for w in ("a", "b", "c", "d") * 20))
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run([sys.executable, "-c", (
+        "import sys, fasttext; fasttext.train_supervised(sys.argv[1], dim=8, bucket=1000, "
+        "wordNgrams=2, thread=1, seed=1, verbose=0, lr=0.05, epoch=5).save_model(sys.argv[2])"),
+        str(train), str(served / "m.bin")], check=True, timeout=120)
+    requests: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, fmt, *args):  # noqa: ANN001 (the request log the test reads)
+            requests.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for name, url in (("ok", f"{base}/m.bin"), ("missing", f"{base}/gone.bin")):
+            mix = tmp_path / f"{name}.yaml"
+            mix.write_text(f"""
+name: {name}
+tokenizer: gpt2
+data_root: {corpora()}
+licenses: {{allow: [odc-by]}}
+sources: [{{name: c4, path: c4-en-sample, max_documents: 40}}]
+classifier: {{model: "{url}", label: hq}}
+shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
+""")
+            r = _cli("run", str(mix), "-q", "--no-report", "-o", str(tmp_path / name))
+            if name == "missing":
+                assert r.returncode == 2 and "gone.bin" in r.stderr, r.stderr
+                assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+                continue
+            assert r.returncode == 0, r.stderr
+            sidecar = next((tmp_path / name / "shards").rglob("*.docs.parquet"))
+            scores = pq.read_table(sidecar).column("classifier_score").to_pylist()
+            assert scores and all(0.0 <= s <= 1.0 for s in scores)
+            assert list((tmp_path / name / "work" / "downloads").rglob("m.bin"))
+            fetched = len(requests)
+            again = _cli("run", str(mix), "-q", "--no-report", "-o", str(tmp_path / name))
+            assert again.returncode == 0 and len(requests) == fetched  # nothing read again
+    finally:
+        server.shutdown()

@@ -277,7 +277,8 @@ class ClassifierConfig(_Model):
     it are removed; with ``top_fraction``, each source keeps its best-scored share."""
 
     model: str = Field(description="fastText model file (.bin or .ftz), relative to the "
-                       "datamix file")
+                       "datamix file, or its URL (http(s)://, s3://, gs://, hf://: read "
+                       "through fsspec once into OUT/work/downloads/)")
     label: str = Field(description="the label scored, with or without fastText's __label__ "
                        "prefix (DCLM's model: hq)")
     threshold: float | None = Field(default=None, ge=0.0, le=1.0, description="keep "

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -51,6 +52,7 @@ from tokenmill.pipeline.document.quality import build_quality_filter
 from tokenmill.pipeline.document.url_filter import URLFilter, cached_files_digest
 from tokenmill.pipeline.read.license import DocumentLicenseGate
 from tokenmill.pipeline.read.normalize import Normalize
+from tokenmill.pipeline.read.remote_file import is_url, local_copy
 from tokenmill.pipeline.run.shard_writer import WriteShards
 from tokenmill.pipeline.run.tokenize import Tokenize
 from tokenmill.pipeline.stage import Configured
@@ -155,7 +157,9 @@ def _classifier(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     kw = _for_sources("classifier")(cfg, src)
     if kw is None:
         return None
-    kw["model"] = cfg.resolve(kw["model"])
+    model = kw["model"]
+    kw["model"] = (local_copy(model, Path(cfg.output_dir or ".").resolve() / "work" / "downloads",
+                              "classifier model") if is_url(model) else cfg.resolve(model))
     kw.pop("top_fraction", None)  # a global decision (classifier_top): here, scores only
     return {**kw, "digest": cached_files_digest([kw["model"]])}
 
