@@ -10,7 +10,7 @@ from tests.shared import corpora
 from tokenmill.pipeline.decont.text import normalized_words
 from tokenmill.pipeline.read.normalize import normalize_text
 from tokenmill.pipeline.read.readers import read_file
-from tokenmill.pipeline.read.sources import _list_files
+from tokenmill.pipeline.read.sources import list_files
 from tokenmill.pipeline.stage import Document
 
 ALL_CORPORA = ("books-public-domain", "c4-en-sample", "cc-main-2019-sample",
@@ -26,7 +26,7 @@ def corpus_texts(names: tuple[str, ...]) -> list[tuple[str, str]]:
     out = []
     for name in names:
         root = corpora(name)
-        files, _ = _list_files(root)
+        files = list_files(root)
         for rel in files:
             for d in read_file(root, rel, name):
                 if isinstance(d, Document) and (t := normalize_text(d.text)).strip():

@@ -41,7 +41,7 @@ def _fake_snapshot(monkeypatch, tmp_path: Path, commit: str) -> list[str | None]
     (snap / "data" / "a.jsonl").write_text('{"text": "hello"}\n')
     asked: list[str | None] = []
 
-    def snapshot_download(*, repo_id, repo_type, revision, allow_patterns):
+    def snapshot_download(*, repo_id, repo_type, revision, allow_patterns, local_files_only=False):
         asked.append(revision)
         return str(snap)
 
