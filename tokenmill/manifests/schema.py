@@ -118,6 +118,10 @@ class SourceEntry(_Model):
     pii_replacements: dict[str, int] = Field(
         default_factory=dict, description="PII class (email, ipv4, ipv6) -> spans replaced "
         "(each one an edit record in the quarantine)")
+    decontamination_cuts: dict[str, int] = Field(
+        default_factory=dict, description="eval set -> spans cut out of kept documents by "
+        "decontamination in cut mode (each one an edit record in the quarantine; documents "
+        "removed per eval set are counts.filtered's contaminated:<eval set> reasons)")
     tokens: dict[str, int] = Field(description="split -> tokens (EOT included)")
     documents: dict[str, int] = Field(description="split -> documents")
     shards: list[ShardEntry] = Field(description="the source's shards, train then val, in order")

@@ -320,13 +320,24 @@ class FuzzyDedupConfig(_Model):
 
 
 class EvalSetConfig(_Model):
-    """One evaluation set the training documents are checked against: a local jsonl or
-    parquet file, one example per row."""
+    """One evaluation set the training documents are checked against, one example per
+    row: a jsonl or parquet file (local, or any URL fsspec opens), or a Hub dataset's
+    config and split at a pinned commit."""
 
     name: str = Field(description="the eval set's name in the quarantine, manifest and report "
                       "(letters, digits, '.', '_', '-')")
-    path: str = Field(description="local .jsonl or .parquet file (relative to data_root, or "
-                      "absolute); remote files and Hub ids are not read")
+    path: str | None = Field(default=None, description="a .jsonl or .parquet file: local "
+                             "(relative to data_root, or absolute) or a URL fsspec opens "
+                             "(http(s)://, s3://, hf://; read once into OUT/work/downloads "
+                             "and identified by its bytes' sha256)")
+    hub: str | None = Field(default=None, description="a Hub dataset at a pinned commit, "
+                            "owner/name@<40-hex commit> (its jsonl or parquet data files of "
+                            "config and split, read with huggingface_hub and datasets' "
+                            "file layout)")
+    config: str | None = Field(default=None, description="Hub eval set: the dataset config "
+                               "(default: the card's default)")
+    split: str | None = Field(default=None, description="Hub eval set: the split (default "
+                              "test)")
     answer_field: str = Field(default="answer", description="the column or JSON key holding "
                               "the answer (the label; a list of strings: each is a label)")
     prompt_field: str | None = Field(default=None, description="the column or JSON key "
@@ -341,10 +352,22 @@ class EvalSetConfig(_Model):
             raise ValueError(f"eval set name {v!r}: letters, digits, '.', '_', '-' only")
         return v
 
+    @model_validator(mode="after")
+    def _one_origin(self) -> EvalSetConfig:
+        if (self.path is None) == (self.hub is None):
+            raise ValueError(f"eval set {self.name!r}: give exactly one of 'path' or 'hub'")
+        if self.hub is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}",
+                                                     self.hub):
+            raise ValueError(f"eval set {self.name!r}: hub must be 'owner/name@<40-hex "
+                             f"commit>' (a pinned revision), got {self.hub!r}")
+        if self.hub is None and (self.config is not None or self.split is not None):
+            raise ValueError(f"eval set {self.name!r}: 'config' and 'split' need 'hub'")
+        return self
+
 
 class DecontaminationConfig(_Model):
-    """Removal of documents sharing an n-gram of normalized words with an eval set, with
-    the n-gram rules of datatrove's ``NGramsDecontConfig``."""
+    """Documents sharing an n-gram of normalized words with an eval set, with the n-gram
+    rules of datatrove's ``NGramsDecontConfig``: removed, or the overlapping spans cut out."""
 
     eval_sets: list[EvalSetConfig] = Field(description="the eval sets (at least one; names "
                                            "unique)")
@@ -353,6 +376,12 @@ class DecontaminationConfig(_Model):
                                "alone")
     overlap_ngrams: bool = Field(default=True, description="also match n-grams that span "
                                  "the end of the prompt and the start of the answer")
+    mode: Literal["remove", "cut"] = Field(
+        default="remove", description="remove: a matching document is removed (reason "
+        "contaminated:<eval set>); cut: the characters of its matching n-grams' words are "
+        "cut out (overlapping matches merged), each cut an edit record "
+        "decontaminate:edit:<eval set>, and a document left shorter than the length "
+        "filters' minimum is removed (reason contaminated:<eval set>:<length reason>)")
 
     @model_validator(mode="after")
     def _sets(self) -> DecontaminationConfig:
@@ -469,7 +498,8 @@ class DatamixConfig(_Model):
         description="MinHash-LSH near-duplicate removal; none: only exact dedup runs")
     decontamination: DecontaminationConfig | None = Field(
         default=None,
-        description="removal of documents that overlap eval sets; none: no decontamination")
+        description="removal of documents that overlap eval sets (or of the overlapping "
+        "spans); none: no decontamination")
     shards: ShardConfig = Field(
         default_factory=ShardConfig,
         description="shard size and the validation split")

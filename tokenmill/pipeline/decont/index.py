@@ -3,8 +3,9 @@ with the workers through the file system.
 
 Content-addressed: the folder ``<work>/decont/<key>`` where ``key`` is the sha256 of the
 index version, the n-gram rules (``n``, ``query_ngrams``, ``overlap_ngrams``) and, per
-eval set, its name, fields and the sha256 of its file; a rerun with the same eval files
-and rules reuses it. It holds
+eval set, its name, fields and the sha256 of its file's bytes (a URL's bytes as copied
+into ``<work>/downloads``), or a Hub eval set's pinned commit, config and split; a rerun
+with the same eval sets and rules reuses it without reading them. It holds
 
 ``hashes.npy``
     the distinct n-gram hashes, sorted, ``uint64`` (``H``,); workers memory-map it.
@@ -39,6 +40,7 @@ import xxhash
 
 from tokenmill.atomic import atomic_open
 from tokenmill.pipeline.decont.text import example_ngrams
+from tokenmill.pipeline.read.remote_file import is_url, local_copy
 
 INDEX_VERSION = 2
 
@@ -52,26 +54,82 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()
 
 
-def eval_file(path: str, root: str | None) -> Path:
-    """The eval set file ``path`` (relative to ``root`` unless absolute). Raises
-    ``ValueError`` (one line) when it is missing or neither .jsonl nor .parquet."""
-    p = Path(path) if Path(path).is_absolute() or root is None else Path(root) / path
-    if not p.is_file():
-        raise ValueError(f"eval set file {p}: not found")
-    if p.suffix not in (".jsonl", ".parquet"):
-        raise ValueError(f"eval set file {p}: expected a .jsonl or .parquet file")
+#: the split of a Hub eval set that names none
+DEFAULT_HUB_SPLIT = "test"
+_EVAL_SUFFIXES = (".jsonl", ".parquet")
+
+
+def _check_suffix(p: Path, what: str) -> Path:
+    if p.suffix not in _EVAL_SUFFIXES:
+        raise ValueError(f"{what} {p}: expected a .jsonl or .parquet file")
     return p
 
 
-def index_key(decont: dict[str, Any], root: str | None) -> str:
+def eval_file(path: str, root: str | None, downloads: str | os.PathLike | None = None
+              ) -> Path:
+    """The local file of eval set file ``path``: relative to ``root`` unless absolute, or
+    a URL fsspec opens, copied once into ``downloads`` (:func:`local_copy`). Raises
+    ``ValueError`` (one line naming the file or URL) when it is missing, unreadable or
+    neither .jsonl nor .parquet."""
+    if is_url(path):
+        if Path(path.split("?")[0]).suffix not in _EVAL_SUFFIXES:
+            raise ValueError(f"eval set file {path}: expected a .jsonl or .parquet file")
+        if downloads is None:
+            raise ValueError(f"eval set file {path}: a URL needs a downloads folder")
+        return Path(local_copy(path, downloads, "eval set file"))
+    p = Path(path) if Path(path).is_absolute() or root is None else Path(root) / path
+    if not p.is_file():
+        raise ValueError(f"eval set file {p}: not found")
+    return _check_suffix(p, "eval set file")
+
+
+def _hub_files(es: dict[str, Any]) -> list[Path]:
+    """The local copies (HF cache) of Hub eval set ``es``'s data files of its config and
+    split, in ``datasets``' order. Raises ``ValueError`` (one line naming the eval set)."""
+    from tokenmill.pipeline.config import SourceConfig
+    from tokenmill.pipeline.read.hub import fetch_card, fetch_split_files
+
+    repo_id, _, commit = es["hub"].partition("@")
+    what = f"eval set {es['name']!r}: Hub dataset {es['hub']}"
+    src = SourceConfig(name=es["name"], hub=es["hub"], config=es.get("config"),
+                       split=es.get("split") or DEFAULT_HUB_SPLIT)
+    try:
+        folder = fetch_card(repo_id, commit)
+        rels = fetch_split_files(folder, src, commit)
+    except Exception as e:  # noqa: BLE001 (any Hub client's error becomes one line)
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{what}: cannot be read ({type(e).__name__}: {msg})") from None
+    if not rels:
+        raise ValueError(f"{what}: no data files in split {src.split!r}")
+    return [_check_suffix(folder / rel, f"{what}: data file") for rel in rels]
+
+
+def eval_files(es: dict[str, Any], root: str | None,
+               downloads: str | os.PathLike | None = None) -> list[Path]:
+    """The local files of eval set ``es`` (an ``EvalSetConfig`` dump), in row order."""
+    if es.get("hub"):
+        return _hub_files(es)
+    return [eval_file(es["path"], root, downloads)]
+
+
+def _origin_id(es: dict[str, Any], root: str | None,
+               downloads: str | os.PathLike | None) -> list[Any]:
+    """What identifies an eval set's rows: a Hub dataset's commit, config and split (a
+    40-hex commit pins its bytes, so a rerun needs no network), else its file's sha256."""
+    if es.get("hub"):
+        return ["hub", es["hub"], es.get("config"), es.get("split") or DEFAULT_HUB_SPLIT]
+    p = eval_file(es["path"], root, downloads)
+    st = p.stat()
+    return ["sha256", _file_sha256(str(p), st.st_size, st.st_mtime_ns)]
+
+
+def index_key(decont: dict[str, Any], root: str | None,
+              downloads: str | os.PathLike | None = None) -> str:
     """sha256 naming the index of the decontamination config ``decont`` (a
-    ``DecontaminationConfig`` dump), eval files relative to ``root``."""
-    sets = []
-    for es in decont["eval_sets"]:
-        p = eval_file(es["path"], root)
-        st = p.stat()
-        sets.append([es["name"], es["answer_field"], es["prompt_field"], es["id_field"],
-                     _file_sha256(str(p), st.st_size, st.st_mtime_ns)])
+    ``DecontaminationConfig`` dump), eval files relative to ``root``, URLs copied into
+    ``downloads``."""
+    sets = [[es["name"], es["answer_field"], es["prompt_field"], es["id_field"],
+             *_origin_id(es, root, downloads)] for es in decont["eval_sets"]]
     rules = [decont["n"], decont["query_ngrams"], decont["overlap_ngrams"]]
     blob = json.dumps([INDEX_VERSION, rules, sets], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -108,27 +166,33 @@ def _labels(value: Any, path: Path, row: int) -> list[str]:
     return values
 
 
-def examples(es: dict[str, Any], root: str | None
+def examples(es: dict[str, Any], root: str | None,
+             downloads: str | os.PathLike | None = None
              ) -> Iterator[tuple[str, list[str], str | None]]:
     """``(example id, labels, query)`` of each row of eval set ``es`` (an
-    ``EvalSetConfig`` dump). Raises ``ValueError`` naming the file and row."""
-    path = eval_file(es["path"], root)
+    ``EvalSetConfig`` dump; its files as :func:`eval_files` gives them). Raises
+    ``ValueError`` naming the file and row."""
     fields = [f for f in (es["answer_field"], es["prompt_field"], es["id_field"]) if f]
-    for row, rec in enumerate(_rows(path, fields)):
-        ex_id = str(rec[es["id_field"]]) if es["id_field"] else str(row)
-        query = rec[es["prompt_field"]] if es["prompt_field"] else None
-        if query is not None and not isinstance(query, str):
-            raise ValueError(f"eval set file {path}: row {row}: the prompt is not a string")
-        yield ex_id, _labels(rec[es["answer_field"]], path, row), query
+    number = 0  # the example's row number over the set's files, its default id
+    for path in eval_files(es, root, downloads):
+        for row, rec in enumerate(_rows(path, fields)):
+            ex_id = str(rec[es["id_field"]]) if es["id_field"] else str(number)
+            number += 1
+            query = rec[es["prompt_field"]] if es["prompt_field"] else None
+            if query is not None and not isinstance(query, str):
+                raise ValueError(f"eval set file {path}: row {row}: the prompt is not a "
+                                 "string")
+            yield ex_id, _labels(rec[es["answer_field"]], path, row), query
 
 
-def _build(decont: dict[str, Any], root: str | None, folder: Path) -> None:
+def _build(decont: dict[str, Any], root: str | None, folder: Path,
+           downloads: str | os.PathLike | None) -> None:
     hashes, owners = array("Q"), array("I")  # 8 + 4 bytes an n-gram, not Python ints
     names: list[list[str]] = []
     rules = (decont["n"], decont["query_ngrams"], decont["overlap_ngrams"])
     h64 = xxhash.xxh64_intdigest
     for es in decont["eval_sets"]:
-        for ex_id, labels, query in examples(es, root):
+        for ex_id, labels, query in examples(es, root, downloads):
             grams = [g for label in labels for g in example_ngrams(label, query, *rules)]
             hashes.extend(h64(g.encode()) for g in grams)
             owners.extend(itertools.repeat(len(names), len(grams)))
@@ -154,10 +218,13 @@ def _build(decont: dict[str, Any], root: str | None, folder: Path) -> None:
 
 
 def ensure_index(decont: dict[str, Any], root: str | None, work: str | os.PathLike) -> str:
-    """The folder of the index of ``decont`` under ``work``, built unless it exists."""
-    folder = Path(work) / "decont" / index_key(decont, root)
+    """The folder of the index of ``decont`` under ``work``, built unless it exists (eval
+    files given by URL are copied into ``work/downloads``). Raises ``ValueError`` (one
+    line) for an eval set that cannot be read."""
+    downloads = Path(work) / "downloads"
+    folder = Path(work) / "decont" / index_key(decont, root, downloads)
     if not (folder / "examples.json").is_file():
-        _build(decont, root, folder)
+        _build(decont, root, folder, downloads)
     return str(folder)
 
 

@@ -133,3 +133,61 @@ def example_ngrams(label: str, query: str | None, n: int, query_ngrams: bool,
                       for i in range(n - 1)
                       if len(query_words) >= n - 1 - i and len(label_words) >= i + 1]
     return grams
+
+
+def _simplified_with_origins(text: str) -> tuple[str, list[int], list[int]] | None:
+    """:func:`simplify_text` of ``text`` and, per character of it, the span ``[start,
+    end)`` of ``text`` it comes from; ``None`` when the step-by-step mapping does not
+    give :func:`simplify_text`'s string (canonical reordering of marks that are not
+    ``Mn``, which per-character NFD does not do)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        starts = list(range(len(text)))
+    else:  # a character whose lower case is longer ('İ' -> 'i̇')
+        starts = [i for i, c in enumerate(text) for _ in c.lower()]
+    ends = [s + 1 for s in starts]
+    pieces, s2, e2, at = [], [], [], 0
+    for m in _NUMBER.finditer(lowered):  # a number becomes "0", spanning its digits
+        pieces += [lowered[at:m.start()], "0"]
+        s2 += starts[at:m.start()] + [starts[m.start()]]
+        e2 += ends[at:m.start()] + [ends[m.end() - 1]]
+        at = m.end()
+    pieces.append(lowered[at:])
+    s2 += starts[at:]
+    e2 += ends[at:]
+    spaced = "".join(pieces).translate(_PUNCT_TO_SPACE)
+    keep = [i for i, c in enumerate(spaced)  # whitespace runs -> one space, no ends
+            if not c.isspace() or (i and not spaced[i - 1].isspace())]
+    chars = [" " if spaced[i].isspace() else spaced[i] for i in keep]
+    s3, e3 = [s2[i] for i in keep], [e2[i] for i in keep]
+    if not spaced.isascii():
+        out = [(d, s, e) for c, s, e in zip(chars, s3, e3, strict=True)
+               for d in unicodedata.normalize("NFD", c) if unicodedata.category(d) != "Mn"]
+        chars, s3, e3 = [o[0] for o in out], [o[1] for o in out], [o[2] for o in out]
+    lo, hi = 0, len(chars)
+    while lo < hi and chars[lo].isspace():
+        lo += 1
+    while hi > lo and chars[hi - 1].isspace():
+        hi -= 1
+    simple = "".join(chars[lo:hi])
+    return (simple, s3[lo:hi], e3[lo:hi]) if simple == simplify_text(text) else None
+
+
+def word_spans(text: str) -> tuple[list[str], list[tuple[int, int]]] | None:
+    """:func:`normalized_words` of ``text`` and, per word, the character span ``[start,
+    end)`` of ``text`` it comes from (a word that a number or a contraction split made
+    spans the characters it came from); ``None`` when the words cannot be placed in
+    ``text`` (see :func:`_simplified_with_origins`)."""
+    mapped = _simplified_with_origins(text)
+    if mapped is None:
+        return None
+    simple, starts, ends = mapped
+    words = normalized_words(text)
+    spans, at = [], 0
+    for w in words:  # the words are substrings of the simplified text, in order
+        i = simple.find(w, at)
+        if i < 0:
+            return None
+        spans.append((starts[i], ends[i + len(w) - 1]))
+        at = i + len(w)
+    return words, spans
