@@ -91,8 +91,9 @@ def _hub_files(es: dict[str, Any]) -> list[Path]:
 
     repo_id, _, commit = es["hub"].partition("@")
     what = f"eval set {es['name']!r}: Hub dataset {es['hub']}"
-    src = SourceConfig(name=es["name"], hub=es["hub"], config=es.get("config"),
-                       split=es.get("split") or DEFAULT_HUB_SPLIT)
+    chosen = {"config": es["config"]} if es.get("config") else {}
+    src = SourceConfig(name=es["name"], hub=es["hub"],
+                       split=es.get("split") or DEFAULT_HUB_SPLIT, **chosen)
     try:
         folder = fetch_card(repo_id, commit)
         rels = fetch_split_files(folder, src, commit)

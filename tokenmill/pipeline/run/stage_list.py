@@ -205,9 +205,10 @@ STAGES: tuple[StageDef, ...] = (
              metadata=(("language", pa.string()), ("language_score", pa.float32()))),
     StageDef("classifier", "document", ClassifierFilter, _classifier, counts="filtered",
              metadata=(("classifier_score", pa.float32()),)),
-    StageDef("pii", "document", PIIRedact, _for_sources("pii"), extra_field="pii_replacements"),
+    # before PII: eval text holds real addresses, and a placeholder breaks its n-grams
     StageDef("decontaminate", "document", Decontaminate, build_kwargs, counts="filtered",
              extra_field="decontamination_cuts"),
+    StageDef("pii", "document", PIIRedact, _for_sources("pii"), extra_field="pii_replacements"),
     StageDef("exact_dedup", "global", ExactDedup, lambda c, s: {}, counts="exact_duplicates"),
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
     StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,
