@@ -24,11 +24,13 @@ import pytest
 
 from tests.pipeline.decont_data import corpus_texts, qa_examples
 from tests.pipeline.fake_hub import FakeRepo, fake_hub
+from tokenmill.manifests.schema import load_manifest
 from tokenmill.manifests.shards import iter_documents
 from tokenmill.pipeline.decont.index import ensure_index
 from tokenmill.pipeline.decont.text import word_spans
 from tokenmill.pipeline.document.decontaminate import Decontaminate
 from tokenmill.pipeline.read.normalize import normalize_text
+from tokenmill.pipeline.report.curation_report import decontamination_rows
 from tokenmill.pipeline.stage import Document
 from tokenmill.tokenizers import get_encoding
 
@@ -106,10 +108,12 @@ def _parquet(rows: list[dict]) -> bytes:
     return buf.getvalue()
 
 
-def test_eval_sets_from_a_url_and_a_pinned_hub_commit(tmp_path, examples, hosts):
-    """Example 0 is served over HTTP, examples 1-2 by the Hub (split test of the default
-    config; split train holds example 3, never read): each planted copy is removed for
-    its eval set; a rerun reads neither again; a missing URL or split is one line."""
+@contextmanager
+def _remote_evals(tmp_path: Path, examples: list[dict], hosts: list[str]
+                  ) -> Iterator[tuple[str, str, list[str], FakeRepo, dict[str, str]]]:
+    """A source with planted copies; example 0 served over HTTP, examples 1-2 by the Hub
+    (split test of the default config; split train holds example 3). Yields the eval
+    sets' YAML, the HTTP base URL and request log, the Hub repository and the env."""
     plants = {2: examples[0]["answer"], 5: examples[1]["answer"].upper(),
               8: f"{examples[2]['question']} {examples[2]['answer']}",
               10: examples[3]["answer"]}
@@ -123,9 +127,20 @@ def test_eval_sets_from_a_url_and_a_pinned_hub_commit(tmp_path, examples, hosts)
         "data/train-00000-of-00001.parquet": _parquet(examples[3:])})
     fields = "prompt_field: question, answer_field: answer, id_field: id"
     with _http(served) as (base, requests), fake_hub(repo) as endpoint:
-        env = _hub_env(tmp_path, endpoint)
         sets = (f"    - {{name: web-bench, path: '{base}/bench.jsonl', {fields}}}\n"
                 f"    - {{name: hub-bench, hub: '{REPO_ID}@{COMMIT}', split: test, {fields}}}\n")
+        yield sets, base, requests, repo, _hub_env(tmp_path, endpoint)
+
+
+def _one_line_error(r: subprocess.CompletedProcess, names: str) -> None:
+    assert r.returncode == 2 and names in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_eval_sets_from_a_url_and_a_pinned_hub_commit(tmp_path, examples, hosts):
+    """Each planted copy is removed for its eval set (the Hub's train split is never
+    read); a URL that cannot be read is one line naming it."""
+    with _remote_evals(tmp_path, examples, hosts) as (sets, base, _, repo, env):
         r = _run(tmp_path, sets, env=env)
         assert r.returncode == 0, r.stderr
         q = {row["key"].rsplit("#", 1)[1]: (row["reason"], json.loads(row["detail"]))
@@ -138,18 +153,27 @@ def test_eval_sets_from_a_url_and_a_pinned_hub_commit(tmp_path, examples, hosts)
         assert src["counts"]["filtered"] == {"contaminated:hub-bench": 2,
                                              "contaminated:web-bench": 1}
         assert list((tmp_path / "o" / "work" / "downloads").rglob("bench.jsonl"))
-        fetched = [p for p in repo.requests if "/resolve/" in p[1]]
-        assert not any("train-" in p for _, p in fetched)
+        assert not any("train-" in p for _, p in repo.requests)
+        bad = _run(tmp_path, f"    - {{name: b, path: '{base}/gone.jsonl'}}\n", out="bad",
+                   env=env)
+        _one_line_error(bad, f"{base}/gone.jsonl")
+
+
+@pytest.mark.slow
+def test_a_rerun_reads_no_eval_set_again(tmp_path, examples, hosts):
+    """The index is found by content: a rerun asks neither server for anything and writes
+    the same manifest; a split the Hub dataset lacks is one line naming it."""
+    with _remote_evals(tmp_path, examples, hosts) as (sets, _, requests, repo, env):
+        assert _run(tmp_path, sets, env=env).returncode == 0
+        manifest = (tmp_path / "o" / "manifest.json").read_text()
         seen = (len(requests), len(repo.requests))
         again = _run(tmp_path, sets, env=env)
         assert again.returncode == 0, again.stderr
-        assert (len(requests), len(repo.requests)) == seen  # the index is found by content
-        for bad, names in ((f"{base}/gone.jsonl", "gone.jsonl"), (None, "'dev'")):
-            entry = (f"{{name: b, path: '{bad}'}}" if bad else
-                     f"{{name: b, hub: '{REPO_ID}@{COMMIT}', split: dev}}")
-            r = _run(tmp_path, f"    - {entry}\n", out="bad", env=env)
-            assert r.returncode == 2 and names in r.stderr, r.stderr
-            assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert (len(requests), len(repo.requests)) == seen
+        assert (tmp_path / "o" / "manifest.json").read_text() == manifest
+        bad = _run(tmp_path, f"    - {{name: b, hub: '{REPO_ID}@{COMMIT}', split: dev}}\n",
+                   out="bad", env=env)
+        _one_line_error(bad, "'dev'")
 
 
 def _rebuilt(kept: str, edits: list[dict]) -> str:
@@ -204,6 +228,12 @@ def test_cut_mode_keeps_the_rest_and_records_each_cut(tmp_path, examples, hosts)
     cuts = sum(len(v) for v in edits.values())
     assert cuts >= 4 and src["decontamination_cuts"] == {"bench": cuts}
     assert src["counts"]["filtered"] == {"contaminated:bench:too_few_words": 1}
+    assert decontamination_rows(load_manifest(out)) == [["web", "bench", 1, cuts]]
+    rep = subprocess.run([sys.executable, "-m", "tokenmill.cli", "report", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert rep.returncode == 0, rep.stderr
+    page = (out / "report.html").read_text()
+    assert "Decontamination per eval set" in page and "decontaminate:edit:bench" in page
 
 
 def test_cut_spans_cover_the_matched_words_and_merge(tmp_path, examples):

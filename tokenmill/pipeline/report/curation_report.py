@@ -27,7 +27,8 @@ mixture.png            the mixture: weighted share per source (tokens x mixture 
 
 Tables: the sources (rows read, documents kept, tokens kept, validation documents,
 warnings), the documents remaining after each stage (each column named by what it
-counts: ``rows read``, ``after <stage>``, ``kept``), the removed documents by license
+counts: ``rows read``, ``after <stage>``, ``kept``), per source and eval set the
+documents decontamination removed and the spans it cut, the removed documents by license
 variant (the removal-rate plot groups per-document license removals by family, as
 ``tokenmill manifest show`` does), the run's warnings, and, for every removal reason
 (license reasons by family), up to :data:`EXAMPLES_PER_REASON` example documents from
@@ -692,6 +693,32 @@ def _sources_html(m: DatamixManifest, stages: list[str], remaining: dict[str, li
     return parts
 
 
+def decontamination_rows(m: DatamixManifest) -> list[list[Any]]:
+    """Per source and eval set: ``[source, eval set, documents removed, spans cut]``, from
+    the decontamination stage's reasons (``contaminated:<eval set>[:<length reason>]``)
+    and ``decontamination_cuts``; empty when no source was decontaminated."""
+    rows = []
+    for src in m.sources:
+        removed: Counter = Counter()
+        for reason, n in src.stages.get("decontaminate", {}).get("rejected", {}).items():
+            removed[reason.split(":")[1] if reason.count(":") else reason] += n
+        for name in sorted(set(removed) | set(src.decontamination_cuts)):
+            rows.append([src.name, name, removed[name], src.decontamination_cuts.get(name, 0)])
+    return rows
+
+
+def _decontamination_html(m: DatamixManifest) -> list[str]:
+    rows = decontamination_rows(m)
+    if not rows and not any("decontaminate" in s.stages for s in m.sources):
+        return []
+    return ["<h2>Decontamination per eval set</h2><p>Documents removed for sharing an "
+            "n-gram with the eval set (in cut mode: those left too short) and spans cut out "
+            "of kept documents (each an edit record <code>decontaminate:edit:&lt;eval "
+            "set&gt;</code> in the quarantine).</p>",
+            _table(["source", "eval set", "documents removed", "spans cut"],
+                   [[a, b, f"{c:,}", f"{d:,}"] for a, b, c, d in rows], left=2)]
+
+
 def _examples_html(examples: dict[str, _Examples]) -> list[str]:
     """Per removal reason: its count and up to :data:`EXAMPLES_PER_REASON` documents."""
     if not examples:
@@ -729,6 +756,7 @@ def _html(r: _Report) -> str:
         f"<p>tokenizer {e(m.tokenizer.name)}, config sha256 "
         f"<code>{e(m.config_sha256[:16])}</code></p>",
         *_sources_html(m, r.stages, r.remaining),
+        *_decontamination_html(m),
     ]
     for title, png, caption in r.sections:
         parts.append(f"<h2>{e(title)}</h2><p>{e(caption)}</p>"
