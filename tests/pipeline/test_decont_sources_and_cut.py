@@ -27,7 +27,7 @@ from tests.pipeline.fake_hub import FakeRepo, fake_hub
 from tokenmill.manifests.schema import load_manifest
 from tokenmill.manifests.shards import iter_documents
 from tokenmill.pipeline.decont.index import ensure_index
-from tokenmill.pipeline.decont.text import word_spans
+from tokenmill.pipeline.decont.text import simplify_text, word_spans
 from tokenmill.pipeline.document.decontaminate import Decontaminate
 from tokenmill.pipeline.read.normalize import normalize_text
 from tokenmill.pipeline.report.curation_report import decontamination_rows
@@ -265,3 +265,14 @@ def test_cut_spans_cover_the_matched_words_and_merge(tmp_path, examples):
     assert docs[0].text.startswith("Intro words here. ") and \
         docs[0].text.endswith(" Outro words.") and len(docs[0].text) < 40
     assert stage.extra == {"qa": 1}
+
+
+def test_every_word_is_placed_on_the_characters_it_comes_from():
+    """On the naughty strings (scripts, marks, controls, numbers, odd whitespace) every
+    normalized word gets a span whose own simplified text holds it."""
+    texts = [t for _, t in corpus_texts(("naughty-strings",))]
+    assert texts
+    for text in texts:
+        words, spans = word_spans(text)
+        assert all(w in simplify_text(text[s:e]) for w, (s, e) in zip(words, spans,
+                                                                       strict=True)), text
