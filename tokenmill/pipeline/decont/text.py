@@ -9,6 +9,10 @@ the words of :func:`~tokenmill.pipeline.document.words.split_words` (spaCy's Eng
 rules), with spaCy's apostrophe-less contractions split (``cannot`` -> ``can not``).
 An n-gram is ``n`` consecutive words joined by one space; its hash is the xxHash64 of its
 UTF-8 bytes (datatrove's default ``HashConfig``), a ``uint64``.
+
+:func:`word_spans` places each word back on the characters of the original text it comes
+from (each normalization step carried per character), so that a matched n-gram can be cut
+out of the text itself.
 """
 
 from __future__ import annotations
