@@ -1,4 +1,6 @@
-"""Targets and masks beside the tokens: the prefix auxiliary target and legality mask rows.
+"""The tokenizer's tables a run reads beside the tokens, opened once: :func:`open_tables`.
+
+:class:`TokenTables` holds them for the run's tokenizer (the one the data records):
 
 * prefix auxiliary target: the longest proper token prefix of each target
   (:class:`tokenmill.tokenizers.prefix.PrefixMap`), trained with a weighted second
@@ -6,23 +8,57 @@
 * legality mask: packed rows of the tokenizer's possible (previous, next) pairs from a saved
   :class:`tokenmill.tokenizers.legality.LegalityTable` (polarity read from its header), used
   at evaluation only.
+
+Both are read through :mod:`tokenmill.tokenizers`, checked against the data's tokenizer.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from tokenmill.tokenizers import TokenizerIdentity
 from tokenmill.tokenizers.legality import LegalityTable
 from tokenmill.tokenizers.prefix import PrefixMap
+from tokenmill.train.config import TrainConfig
 
 
-def prefix_array(encoding_name: str) -> np.ndarray:
-    """``int32 [n_vocab]``: the longest proper token prefix of each token, -1 if none
-    (:class:`tokenmill.tokenizers.prefix.PrefixMap`), used as the auxiliary target."""
-    return np.asarray(PrefixMap.build(encoding_name).parent, dtype=np.int32)
+@dataclass(frozen=True)
+class TokenTables:
+    """The tokenizer tables of a run, opened once by :func:`open_tables`.
+
+    Attributes:
+        mask_bits: packed legality rows ``uint8 [n_vocab, ceil(n_vocab / 8)]`` (LSB-first,
+            1 = possible), for masked validation; ``None`` without ``legality:``.
+        prefix: ``int64 [n_vocab]``, the longest proper token prefix of each token (-1 if
+            none), the prefix auxiliary target; ``None`` when ``prefix_aux_weight`` is 0.
+    """
+
+    mask_bits: torch.Tensor | None = None
+    prefix: torch.Tensor | None = None
+
+
+def open_tables(cfg: TrainConfig, tokenizer: TokenizerIdentity,
+                device: torch.device | None = None) -> TokenTables:
+    """The tables ``cfg`` asks for, for ``tokenizer`` (the identity the run's data
+    records), on ``device`` (default: the CPU): the legality rows of ``cfg.legality``
+    (:func:`load_mask_bits`) and, with ``prefix_aux_weight > 0``, the prefix map
+    (:class:`tokenmill.tokenizers.prefix.PrefixMap`).
+
+    Raises:
+        LegalityFormatError, TokenizerMismatchError, ValueError: as :func:`load_mask_bits`.
+        ValueError / RuntimeError: the tokenizer cannot be loaded (see
+            :func:`tokenmill.tokenizers.get_encoding`).
+    """
+    mask_bits = prefix = None
+    if cfg.legality:
+        mask_bits = load_mask_bits(cfg.legality, tokenizer.n_vocab, tokenizer.name).to(device)
+    if cfg.prefix_aux_weight > 0:
+        prefix = torch.from_numpy(PrefixMap.build(tokenizer.name).parent).long().to(device)
+    return TokenTables(mask_bits, prefix)
 
 
 def load_mask_bits(path: str, n_vocab: int, encoding_name: str | None = None) -> torch.Tensor:
