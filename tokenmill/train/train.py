@@ -1,9 +1,10 @@
 """The reference training loop: ``tokenmill train CONFIG``.
 
 One loop for a CPU smoke run and for ``torchrun`` data parallel on GPUs, in two parts as in
-nanoGPT's ``train.py``: :func:`setup` builds a :class:`Run` (device, data, model, optimizer,
-side inputs, restored state), and :func:`training_loop` reads top to bottom: learning rate,
-forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint.
+nanoGPT's ``train.py``: :func:`setup` builds a :class:`Run` (data, tokenizer tables, side
+inputs, device, model, optimizer, restored state), and :func:`training_loop` reads top to
+bottom: learning rate, forward/backward per micro-step, clip, optimizer step, log, evaluate,
+checkpoint.
 
 * data, opened once (:func:`tokenmill.train.batches.open_data`: the manifest read and its
   shards verified): document-aligned rows, one pass over a training-mix manifest or a
@@ -15,8 +16,9 @@ forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint
   :mod:`tokenmill.train.lemworkers`), or from the online longest-exact-match predictor in
   its own process, :mod:`tokenmill.train.lemside`), the n-gram model's top-m candidates and
   log-probabilities (``ngram_features``, :mod:`tokenmill.train.ngramside`: an input feature
-  and a gated sparse logit bias in the fused cross-entropy); beside them the prefix
-  auxiliary target and the legality mask at evaluation (:mod:`tokenmill.train.targets`);
+  and a gated sparse logit bias in the fused cross-entropy); beside them the tokenizer
+  tables, opened once (:class:`tokenmill.train.targets.TokenTables`): the prefix auxiliary
+  target and the legality mask at evaluation;
 * AdamW with a cosine or trapezoid (warmup-stable-decay) schedule, gradient clipping, bf16
   autocast on GPU and fp32 on CPU;
 * periodic validation on fixed val rows, with and without the legality mask (and the count
@@ -390,7 +392,7 @@ def _build(cfg: TrainConfig, data: TrainData, loader: MixLoader, val: torch.Tens
     wrapped in DDP, as nanoGPT's ``train.py`` does."""
     device = init_device(cfg)
     peak, name = peak_flops(device, cfg) * data.world, device_name(device, data.world)
-    tables = open_tables(cfg, data.tokenizer, device)
+    tables = open_tables(cfg, data.tokenizer, str(data.manifest_path), device)
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
     ngram = side.get("ngram")
     mcfg = GPTConfig.preset(cfg.model, vocab_size=data.tokenizer.n_vocab,
