@@ -295,6 +295,12 @@ def test_token_tables_are_the_data_tokenizers(tmp_path):
     assert none.mask_bits is None and none.prefix is None
     with pytest.raises(TokenizerMismatchError, match="toy.legality"):
         open_tables(T.TrainConfig(data="d", legality=path), gpt2, "d/mix.json")
+    other = tmp_path / "other"  # a folder of two tables: the data tokenizer's is read
+    other.mkdir()
+    (other / "toy.legality").write_bytes(Path(path).read_bytes())
+    (other / "a.legality").write_bytes(b"not a table")
+    tables = open_tables(T.TrainConfig(data="d", legality=str(other)), toy.identity, "d/m.json")
+    assert torch.equal(tables.mask_bits, torch.from_numpy(np.asarray(toy.packed)))
 
 
 def test_train_refuses_a_bare_mask_array(datamix, tmp_path, capsys):

@@ -67,7 +67,8 @@ def load_mask_bits(path: str, tokenizer: TokenizerIdentity | None = None) -> tor
     """Packed legality rows ``uint8 [n_vocab, ceil(n_vocab/8)]`` (LSB-first, 1 = possible) of
     a saved :class:`~tokenmill.tokenizers.legality.LegalityTable` file or folder, whose
     rows cover the vocabulary of the table's tokenizer; with ``tokenizer``, that must be
-    the one given.
+    the one given, and in a folder holding several tables its ``<name>.legality`` (as
+    :meth:`LegalityTable.save` names it) is the one read.
 
     Every file goes through :meth:`LegalityTable.load`, which reads what a set bit means from
     the file's own header: tokenmill's tables (1 = possible) are used as they are, an export
@@ -80,7 +81,8 @@ def load_mask_bits(path: str, tokenizer: TokenizerIdentity | None = None) -> tor
             not cover the table's vocabulary (a ValueError).
         TokenizerMismatchError: the table is another tokenizer's than ``tokenizer``.
     """
-    table = LegalityTable.load(Path(path))
+    own = Path(path, f"{tokenizer.name}.legality") if tokenizer is not None else None
+    table = LegalityTable.load(own if own is not None and own.is_file() else Path(path))
     if tokenizer is not None:
         check_same(tokenizer, table.identity, f"legality table {path}")
     return torch.from_numpy(np.array(table.packed, dtype=np.uint8, order="C"))  # writable
