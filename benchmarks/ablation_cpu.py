@@ -48,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -251,8 +252,8 @@ def instrument(run: T.Run, eval_from: int, legality_final: bool) -> dict[str, An
     CPU) spent since the loop's first call, evaluation time excluded."""
     rec: dict[str, Any] = {"points": [], "t0": None, "c0": None, "eval_s": 0.0,
                            "eval_cpu": 0.0}
-    bits = run.mask_bits
-    run.mask_bits = None
+    tables, unmasked = run.tables, replace(run.tables, mask_bits=None)
+    run.tables = unmasked
 
     def evaluate() -> dict[str, float]:
         t, c = time.perf_counter(), time.process_time()
@@ -261,9 +262,9 @@ def instrument(run: T.Run, eval_from: int, legality_final: bool) -> dict[str, An
         final = run.step >= run.cfg.steps
         if run.step < eval_from and not final:
             return {"val_loss": math.nan}
-        run.mask_bits = bits if (final and legality_final) else None
+        run.tables = tables if (final and legality_final) else unmasked
         out = T.Run.evaluate(run)
-        run.mask_bits = None
+        run.tables = unmasked
         rec["points"].append({"step": run.step, "wall": t - rec["t0"] - rec["eval_s"],
                               "cpu": c - rec["c0"] - rec["eval_cpu"], **out})
         rec["eval_s"] += time.perf_counter() - t
@@ -511,8 +512,7 @@ def check_data(args: argparse.Namespace, mix: Path) -> None:
     """Refuse a mix that gives fewer than ``--steps`` steps in one pass."""
     cfg = T.TrainConfig(data=str(mix), seq_len=args.seq_len, batch_size=args.batch_size,
                         steps=args.steps, device="cpu")
-    data = open_data(cfg)
-    data.check_budget(data.loader(), cfg.steps * cfg.grad_accum)
+    open_data(cfg).train_loader(cfg.steps * cfg.grad_accum)
 
 
 def write_report(args: argparse.Namespace, mix: Path, results: list[dict[str, Any]],

@@ -34,6 +34,7 @@ from tokenmill.tokenizers.legality import (
     LegalityTable,
     export_modded_nanogpt,
 )
+from tokenmill.tokenizers.prefix import PrefixMap
 from tokenmill.train import train as T
 from tokenmill.train.batches import open_data
 from tokenmill.train.checkpoint import list_checkpoints
@@ -41,7 +42,7 @@ from tokenmill.train.config import TrainConfigError
 from tokenmill.train.data import MixLoader
 from tokenmill.train.lemside import LEMFeed
 from tokenmill.train.report import summary_table
-from tokenmill.train.targets import load_mask_bits, save_rows_table
+from tokenmill.train.targets import load_mask_bits, open_tables, save_rows_table
 
 
 def _docs(root: Path, name: str, limit: int) -> list[tuple[str, str]]:
@@ -261,19 +262,45 @@ def _toy_table(n_vocab: int = 21) -> LegalityTable:
 def test_mask_polarity_comes_from_the_table_header(tmp_path):
     """The trainer reads every mask through ``LegalityTable.load``: tokenmill's
     table (1 = possible) and the modded-nanogpt export (1 = forbidden, padded) give the same
-    rows, and a bare ``.npy`` mask, which does not say what its bits mean, is refused."""
+    rows, and a bare ``.npy`` mask, which does not say what its bits mean, is refused; a
+    table of another tokenizer than the one given is refused too."""
     table = _toy_table()
     want = torch.from_numpy(np.asarray(table.packed))
     native = table.save(tmp_path / "toy.legality")
     speedrun = export_modded_nanogpt(table, tmp_path / "canon_mask.bin")
     for path in (native, speedrun, tmp_path):  # a folder holding a *.legality file too
-        assert torch.equal(load_mask_bits(str(path), table.n_vocab), want), path
+        assert torch.equal(load_mask_bits(str(path), table.identity), want), path
     bare = tmp_path / "mask.npy"
     np.save(bare, np.asarray(table.packed))
     with pytest.raises(LegalityFormatError, match="mask.npy.*does not say what its bits mean"):
-        load_mask_bits(str(bare), table.n_vocab)
-    with pytest.raises(TokenizerMismatchError):
-        load_mask_bits(str(native), table.n_vocab, "gpt2")
+        load_mask_bits(str(bare))
+    with pytest.raises(TokenizerMismatchError, match="toy.legality"):
+        load_mask_bits(str(native), identity("gpt2"))
+
+
+def test_token_tables_are_the_data_tokenizers(tmp_path):
+    """The run's tables, opened once for the tokenizer its data records: the legality rows
+    of ``legality:`` (a table of another tokenizer is refused, naming it) and the prefix
+    targets, the tokenizer's ``PrefixMap``; a config that asks for neither opens nothing."""
+    toy = _toy_table()
+    path = str(toy.save(tmp_path / "toy.legality"))
+    tables = open_tables(T.TrainConfig(data="d", legality=path), toy.identity, "d/mix.json")
+    assert torch.equal(tables.mask_bits, torch.from_numpy(np.asarray(toy.packed)))
+    assert tables.prefix is None
+    gpt2 = identity("gpt2")
+    tables = open_tables(T.TrainConfig(data="d", prefix_aux_weight=0.3), gpt2, "d/mix.json")
+    assert tables.mask_bits is None
+    assert torch.equal(tables.prefix, torch.from_numpy(PrefixMap.build("gpt2").parent).long())
+    none = open_tables(T.TrainConfig(data="d"), gpt2, "d/mix.json")
+    assert none.mask_bits is None and none.prefix is None
+    with pytest.raises(TokenizerMismatchError, match="toy.legality"):
+        open_tables(T.TrainConfig(data="d", legality=path), gpt2, "d/mix.json")
+    other = tmp_path / "other"  # a folder of two tables: the data tokenizer's is read
+    other.mkdir()
+    (other / "toy.legality").write_bytes(Path(path).read_bytes())
+    (other / "a.legality").write_bytes(b"not a table")
+    tables = open_tables(T.TrainConfig(data="d", legality=str(other)), toy.identity, "d/m.json")
+    assert torch.equal(tables.mask_bits, torch.from_numpy(np.asarray(toy.packed)))
 
 
 def test_train_refuses_a_bare_mask_array(datamix, tmp_path, capsys):

@@ -52,7 +52,12 @@ class PrefixMap:
     @classmethod
     def build(cls, encoding: str | tiktoken.Encoding) -> PrefixMap:
         """Build the map for an encoding (name or ``tiktoken.Encoding``); about 0.1 s for GPT-2."""
-        enc = get_encoding(encoding) if isinstance(encoding, str) else encoding
+        return cls.of_encoding(get_encoding(encoding) if isinstance(encoding, str) else encoding)
+
+    @classmethod
+    def of_encoding(cls, enc: tiktoken.Encoding) -> PrefixMap:
+        """:meth:`build` for an encoding already loaded (say by
+        :func:`tokenmill.tokenizers.load_checked`)."""
         table = token_bytes_table(enc)
         parent = np.full(enc.n_vocab, -1, dtype=np.int32)
         order = sorted((b, i) for i, b in enumerate(table) if b is not None)

@@ -169,18 +169,22 @@ class TrainData:
                              "tokens")
         return torch.stack(rows).to(torch.int64)
 
-    def check_budget(self, loader: MixLoader, steps: int) -> None:
-        """Refuse a run that needs more loader steps than one pass over the data gives.
+    def train_loader(self, steps: int) -> MixLoader:
+        """This process's train loader (:meth:`loader`) for a run of ``steps`` loader steps
+        (optimizer steps times gradient accumulation).
 
         Raises:
-            ValueError: naming the data, its budget and the steps asked for.
+            ValueError: one pass over the data gives fewer steps (no replacement); names the
+                data, its budget and the steps asked for.
         """
+        loader = self.loader()
         if steps > loader.num_steps:
             raise ValueError(
                 f"{self.name}: the data budget gives {loader.num_steps} steps of "
                 f"{self.global_rows} x {self.row_tokens} tokens (one pass, no replacement); "
                 f"the config asks {steps}: lower steps, or build a mix that grants more "
                 "epochs")
+        return loader
 
 
 def open_data(cfg: TrainConfig, rank: int = 0, world: int = 1,

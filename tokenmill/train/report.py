@@ -1,4 +1,5 @@
-"""What a run reports: :class:`RunResult` (``metrics.json``), the summary table, the plot."""
+"""What a run reports: :class:`RunResult` (``metrics.json``), the summary table, the plot,
+written by :func:`write_report`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tokenmill.atomic import atomic_write_bytes
+from tokenmill.atomic import atomic_write_bytes, atomic_write_text
 
 
 @dataclass
@@ -114,9 +115,9 @@ def summary_table(r: RunResult) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
-def plot_losses(r: RunResult, path: Path) -> None:
+def loss_plot_png(r: RunResult) -> bytes:
     """Train loss per step (and its LM part when an auxiliary loss is on) and val loss
-    (unmasked / masked) per evaluation, as a PNG written atomically."""
+    (unmasked / masked) per evaluation, as PNG bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,4 +144,16 @@ def plot_losses(r: RunResult, path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def write_report(r: RunResult) -> None:
+    """Write ``r`` to ``r.metrics_path`` and, for a run that completed, its loss plot
+    (:func:`loss_plot_png`) to ``r.plot_path``, both atomically; then print the summary
+    table."""
+    table = summary_table(r)
+    png = loss_plot_png(r) if r.plot_path else None
+    atomic_write_text(Path(r.metrics_path), r.to_json())
+    if png is not None:
+        atomic_write_bytes(Path(r.plot_path), png)
+    print(table)

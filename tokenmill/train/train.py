@@ -1,9 +1,10 @@
 """The reference training loop: ``tokenmill train CONFIG``.
 
 One loop for a CPU smoke run and for ``torchrun`` data parallel on GPUs, in two parts as in
-nanoGPT's ``train.py``: :func:`setup` builds a :class:`Run` (device, data, model, optimizer,
-side inputs, restored state), and :func:`training_loop` reads top to bottom: learning rate,
-forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint.
+nanoGPT's ``train.py``: :func:`setup` builds a :class:`Run` (data, tokenizer tables, side
+inputs, device, model, optimizer, restored state), and :func:`training_loop` reads top to
+bottom: learning rate, forward/backward per micro-step, clip, optimizer step, log, evaluate,
+checkpoint.
 
 * data, opened once (:func:`tokenmill.train.batches.open_data`: the manifest read and its
   shards verified): document-aligned rows, one pass over a training-mix manifest or a
@@ -15,8 +16,9 @@ forward/backward per micro-step, clip, optimizer step, log, evaluate, checkpoint
   :mod:`tokenmill.train.lemworkers`), or from the online longest-exact-match predictor in
   its own process, :mod:`tokenmill.train.lemside`), the n-gram model's top-m candidates and
   log-probabilities (``ngram_features``, :mod:`tokenmill.train.ngramside`: an input feature
-  and a gated sparse logit bias in the fused cross-entropy); beside them the prefix
-  auxiliary target and the legality mask at evaluation (:mod:`tokenmill.train.targets`);
+  and a gated sparse logit bias in the fused cross-entropy); beside them the tokenizer
+  tables, opened once (:class:`tokenmill.train.targets.TokenTables`): the prefix auxiliary
+  target and the legality mask at evaluation;
 * AdamW with a cosine or trapezoid (warmup-stable-decay) schedule, gradient clipping, bf16
   autocast on GPU and fp32 on CPU;
 * periodic validation on fixed val rows, with and without the legality mask (and the count
@@ -87,9 +89,9 @@ from tokenmill.train.lemside import LEMFeed, LEMSideChannel
 from tokenmill.train.lemworkers import LEMWorkers
 from tokenmill.train.model import GPT, GPTConfig
 from tokenmill.train.ngramside import NgramSideChannel
-from tokenmill.train.report import RunResult, plot_losses, summary_table
+from tokenmill.train.report import RunResult, write_report
 from tokenmill.train.side import SideInput, SideInputKind
-from tokenmill.train.targets import load_mask_bits, prefix_array
+from tokenmill.train.targets import TokenTables, open_tables
 
 __all__ = ["Run", "RunResult", "TrainConfig", "evaluate", "latest_checkpoint", "lr_at",
            "setup", "train", "training_loop"]
@@ -140,12 +142,15 @@ class Run:
     """A run set up by :func:`setup`: what :func:`training_loop` reads and updates.
 
     ``data`` is the run's opened data and ``loader`` this rank's train loader over it; ``val``
-    the fixed validation rows. ``side`` holds the side inputs by name (``"lem"``, ``"ngram"``)
-    and ``val_side`` their validation features by model keyword. ``model`` is the bare module
+    the fixed validation rows; ``tables`` the tokenizer tables (legality rows, prefix map) on
+    the device. ``side`` holds the side inputs by name (``"lem"``, ``"ngram"``) and
+    ``val_side`` their validation features by model keyword. ``model`` is the bare module
     (checkpoints, evaluation); ``net`` is what the loop calls (``model`` compiled and/or wrapped
-    in DDP); ``flops_per_token`` its training FLOPs per token (for MFU). ``step`` is the number
-    of optimizer steps done; ``history`` / ``aux_history`` hold ``(step, loss)`` of the
-    optimized loss and of its weighted prefix auxiliary term; ``val_hist`` one dict per
+    in DDP); ``flops_per_token`` its training FLOPs per token, ``peak_flops`` the peak FLOP/s
+    of all ranks' devices together (0: unknown) and ``device_name`` the devices in words, for
+    the report. ``step`` is the number of optimizer steps done and ``checkpoint`` the newest
+    checkpoint written or resumed from; ``history`` / ``aux_history`` hold ``(step, loss)`` of
+    the optimized loss and of its weighted prefix auxiliary term; ``val_hist`` one dict per
     evaluation.
     """
 
@@ -159,11 +164,13 @@ class Run:
     opt: torch.optim.Optimizer
     autocast: Callable[[], AbstractContextManager]
     flops_per_token: float
-    mask_bits: torch.Tensor | None = None
-    prefix: torch.Tensor | None = None
+    peak_flops: float = 0.0
+    device_name: str = ""
+    tables: TokenTables = field(default_factory=TokenTables)
     side: dict[str, SideInput] = field(default_factory=dict)
     val_side: dict[str, np.ndarray] = field(default_factory=dict)
     step: int = 0
+    checkpoint: Path | None = None
     history: list[tuple[int, float]] = field(default_factory=list)
     aux_history: list[tuple[int, float]] = field(default_factory=list)
     val_hist: list[dict[str, float]] = field(default_factory=list)
@@ -193,14 +200,6 @@ class Run:
         """The LEM side input, if the run has one."""
         return self.side.get("lem")
 
-    def add_side(self, name: str, feed: SideInput) -> None:
-        """Read ``feed`` from now on (resumed at :attr:`step`) and make its validation
-        features when the run evaluates."""
-        self.side[name] = feed
-        feed.skip_to(self.step)
-        if self.cfg.val_every > 0:
-            self.val_side.update(zip(feed.names, feed.for_validation(self.val), strict=True))
-
     @property
     def tokens_per_step(self) -> int:
         return self.cfg.batch_size * self.cfg.seq_len * self.cfg.grad_accum * self.world
@@ -215,8 +214,8 @@ class Run:
         kw: dict[str, Any] = {}
         if self.cfg.doc_mask:
             kw["doc_ids"] = doc_ids(d["cu_seqlens"], *x.shape).to(self.device)
-        if self.prefix is not None:
-            kw.update(aux_targets=self.prefix[y],
+        if self.tables.prefix is not None:
+            kw.update(aux_targets=self.tables.prefix[y],
                       aux_weight=prefix_aux_weight_at(self.step, self.cfg))
         for feed in self.side.values():  # by the loader's global step: resume, ranks, accum
             kw.update(zip(feed.names, (t.to(self.device) for t in feed.get(int(d["step"]))),
@@ -239,12 +238,12 @@ class Run:
     def evaluate(self) -> dict[str, float]:
         """Validation losses now (see :func:`evaluate`)."""
         return evaluate(self.model, self.val, self.device, self.cfg.batch_size,
-                        self.autocast, self.mask_bits, self.val_side)
+                        self.autocast, self.tables.mask_bits, self.val_side)
 
     def save(self) -> Path:
         """Write the checkpoint of the current step (rank 0), keeping the newest
-        ``keep_checkpoints``."""
-        path = checkpoint_path(self.out, self.step)
+        ``keep_checkpoints``; it becomes :attr:`checkpoint`."""
+        self.checkpoint = path = checkpoint_path(self.out, self.step)
         if self.master:
             state = {
                 "step": self.step, "model": self.model.state_dict(),
@@ -256,6 +255,25 @@ class Run:
             }
             save_checkpoint(self.out, self.step, state, keep=self.cfg.keep_checkpoints)
         return path
+
+    def result(self, timer: StepTimer, stopped: bool) -> RunResult:
+        """What the run reports now (:class:`~tokenmill.train.report.RunResult`): losses,
+        speed from ``timer`` (tokens/s, MFU, the LEM wait share), where its files are;
+        ``stopped``: paused by ``stop_after`` (no loss plot)."""
+        cfg, feed = self.cfg, self.lem
+        tps = timer.tokens_per_s(self.tokens_per_step)
+        return RunResult(
+            out_dir=str(self.out), steps_done=self.step, train_loss=self.history,
+            val=self.val_hist, tokens_per_s=tps,
+            lem_wait_frac=feed.wait_s / timer.t_all if feed and timer.t_all else 0.0,
+            wall_s=time.perf_counter() - timer.t_start,
+            mfu=self.flops_per_token * tps / self.peak_flops if self.peak_flops else math.nan,
+            stopped_early=stopped, steps_total=cfg.steps, device=self.device_name,
+            checkpoint=str(self.checkpoint), metrics_path=str(self.out / "metrics.json"),
+            plot_path="" if stopped else str(self.out / "loss.png"),
+            train_aux_loss=self.aux_history, prefix_aux_weight=cfg.prefix_aux_weight,
+            legality=cfg.legality, lem=cfg.lem, lem_ahead=cfg.lem_ahead,
+            lem_mean_lag=feed.mean_lag if feed else math.nan)
 
     def close(self) -> None:
         """Stop the side inputs' producers (predictor process, Ray workers), if any."""
@@ -342,14 +360,7 @@ def _restore(run: Run) -> None:
     run.history = [tuple(h) for h in state["history"]]
     run.aux_history = [tuple(h) for h in state.get("aux_history", [])]
     run.val_hist = list(state["val"])
-
-
-def _wrap(model: GPT, cfg: TrainConfig, device: torch.device, world: int) -> torch.nn.Module:
-    net: torch.nn.Module = torch.compile(model) if cfg.compile else model
-    if world > 1:
-        ids = [device.index] if device.type == "cuda" else None
-        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=ids)
-    return net
+    run.checkpoint = ck
 
 
 #: every kind of side input (:class:`~tokenmill.train.side.SideInputKind`); the config
@@ -375,44 +386,51 @@ def open_side_inputs(data: TrainData, cfg: TrainConfig) -> dict[str, SideInput]:
 
 def _build(cfg: TrainConfig, data: TrainData, loader: MixLoader, val: torch.Tensor,
            side: dict[str, SideInput], resume: bool) -> Run:
-    """Device and process group, model and optimizer (the same seed on
-    every rank), targets and masks beside the tokens, with ``resume`` the newest
-    checkpoint's state, then the side inputs (continued at the run's step)."""
+    """Device and process group, the tokenizer tables on the device, model and optimizer
+    (the same seed on every rank), with ``resume`` the newest checkpoint's state, the side
+    inputs continued at the run's step, and the module the loop calls: compiled and/or
+    wrapped in DDP, as nanoGPT's ``train.py`` does."""
     device = init_device(cfg)
+    peak, name = peak_flops(device, cfg) * data.world, device_name(device, data.world)
+    tables = open_tables(cfg, data.tokenizer, str(data.manifest_path), device)
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
-    n_vocab, ngram = data.tokenizer.n_vocab, side.get("ngram")
-    mcfg = GPTConfig.preset(cfg.model, vocab_size=n_vocab, max_seq_len=cfg.seq_len,
-                            lem=cfg.lem, lem_k=cfg.lem_k, ngram=ngram is not None,
+    ngram = side.get("ngram")
+    mcfg = GPTConfig.preset(cfg.model, vocab_size=data.tokenizer.n_vocab,
+                            max_seq_len=cfg.seq_len, lem=cfg.lem, lem_k=cfg.lem_k,
+                            ngram=ngram is not None,
                             ngram_m=ngram.m if ngram is not None else 8,
                             **cfg.model_overrides)
     model = GPT(mcfg).to(device)
     opt = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
-    flops = model.flops_per_token(cfg.seq_len)
     autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
                 else nullcontext)
-    run = Run(cfg, device, data, loader, val, model, model, opt, autocast, flops)
-    if cfg.legality:
-        run.mask_bits = load_mask_bits(cfg.legality, n_vocab, data.tokenizer.name).to(device)
-    if cfg.prefix_aux_weight > 0:
-        run.prefix = torch.from_numpy(prefix_array(data.tokenizer.name)).long().to(device)
+    run = Run(cfg, device, data, loader, val, model, model, opt, autocast,
+              model.flops_per_token(cfg.seq_len), peak, name, tables, side)
     if resume:
         _restore(run)
-    for name, feed in side.items():
-        run.add_side(name, feed)
-    run.net = _wrap(model, cfg, device, data.world)
+    for feed in side.values():  # read from the run's step on; validation features made once
+        feed.skip_to(run.step)
+        if cfg.val_every > 0:
+            run.val_side.update(zip(feed.names, feed.for_validation(val), strict=True))
+    if cfg.compile:
+        run.net = torch.compile(model)
+    if data.world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        run.net = torch.nn.parallel.DistributedDataParallel(run.net, device_ids=ids)
     return run
 
 
 def setup(cfg: TrainConfig, resume: bool = False) -> Run:
     """Build a :class:`Run`: the data opened once (manifest read, shards verified), this
-    rank's train loader (budget checked), the side inputs (side channels checked; the LEM
+    rank's train loader (budget checked) and the validation rows, the tokenizer tables
+    (legality rows, prefix map), the side inputs (side channels checked; the LEM
     predictor's process forked before CUDA is initialised), device and process group,
-    validation rows, model and optimizer (same seed on every rank), and with ``resume`` the
-    state of the newest checkpoint (side inputs continue at its step).
+    model and optimizer (same seed on every rank), and with ``resume`` the state of the
+    newest checkpoint (side inputs continue at its step).
 
     Raises:
-        ValueError: bad data or side channel (names the file), a budget too small for
-            ``steps``, or ``resume`` without a checkpoint.
+        ValueError: bad data, table or side channel (names the file), a budget too small
+            for ``steps``, or ``resume`` without a checkpoint.
         RuntimeError: ``device: cuda`` without CUDA.
     """
     device_type(cfg)  # before any work
@@ -420,8 +438,7 @@ def setup(cfg: TrainConfig, resume: bool = False) -> Run:
     if rank == 0 and not cfg.verify:
         print("shard verification is off (verify: false / --no-verify)")
     data = open_data(cfg, rank, world)
-    loader = data.loader()
-    data.check_budget(loader, cfg.steps * cfg.grad_accum)
+    loader = data.train_loader(cfg.steps * cfg.grad_accum)
     val = data.validation_rows(cfg.val_tokens)
     side = open_side_inputs(data, cfg)
     try:
@@ -541,7 +558,8 @@ def _log_val(bar: tqdm | None, run: Run) -> None:
 def training_loop(run: Run) -> RunResult:
     """Train ``run`` from ``run.step`` to ``cfg.steps`` (or ``stop_after``), evaluating every
     ``val_every`` steps and at the end, checkpointing every ``ckpt_every`` steps and at the
-    end; returns the :class:`RunResult` (also written to ``metrics.json``)."""
+    end; returns the :class:`RunResult` (rank 0 also writes it, see
+    :func:`~tokenmill.train.report.write_report`)."""
     cfg = run.cfg
     bar = _progress(run)
     timer = StepTimer(first_step=run.step)
@@ -572,7 +590,7 @@ def training_loop(run: Run) -> RunResult:
 
             loss_sum, aux_sum = run.mean_over_ranks(loss_sum, aux_sum)
             run.history.append((run.step, loss_sum))
-            if run.prefix is not None:
+            if run.tables.prefix is not None:
                 run.aux_history.append((run.step, aux_sum))
             dt = time.perf_counter() - t0
             timer.add(run.step, dt)
@@ -581,41 +599,18 @@ def training_loop(run: Run) -> RunResult:
             if cfg.val_every > 0 and (run.step % cfg.val_every == 0 or run.step == cfg.steps):
                 run.val_hist.append({"step": run.step, **run.evaluate()})
                 _log_val(bar, run)
-            if cfg.ckpt_every > 0 and run.step % cfg.ckpt_every == 0 and run.step < cfg.steps:
+            stopped = cfg.stop_after is not None and cfg.stop_after <= run.step < cfg.steps
+            if (stopped or run.step == cfg.steps
+                    or (cfg.ckpt_every > 0 and run.step % cfg.ckpt_every == 0)):
                 run.save()
-            if cfg.stop_after is not None and cfg.stop_after <= run.step < cfg.steps:
-                stopped = True
+            if stopped:
                 break
-        checkpoint = run.save()
     finally:
         if bar is not None:
             bar.close()
-    return finish(run, timer, checkpoint, stopped)
-
-
-def finish(run: Run, timer: StepTimer, checkpoint: Path, stopped: bool) -> RunResult:
-    """The :class:`RunResult` of ``run``; rank 0 writes ``metrics.json``, the loss plot (when
-    the run completed) and prints the summary table."""
-    cfg = run.cfg
-    tps = timer.tokens_per_s(run.tokens_per_step)
-    peak = peak_flops(run.device, cfg) * run.world
-    mfu = run.flops_per_token * tps / peak if peak else float("nan")
-    feed = run.lem
-    result = RunResult(
-        out_dir=str(run.out), steps_done=run.step, train_loss=run.history, val=run.val_hist,
-        tokens_per_s=tps, lem_wait_frac=feed.wait_s / timer.t_all if feed and timer.t_all else 0.0,
-        wall_s=time.perf_counter() - timer.t_start, mfu=mfu, stopped_early=stopped,
-        steps_total=cfg.steps, device=device_name(run.device, run.world),
-        checkpoint=str(checkpoint), metrics_path=str(run.out / "metrics.json"),
-        plot_path="" if stopped else str(run.out / "loss.png"),
-        train_aux_loss=run.aux_history, prefix_aux_weight=cfg.prefix_aux_weight,
-        legality=cfg.legality, lem=cfg.lem, lem_ahead=cfg.lem_ahead,
-        lem_mean_lag=feed.mean_lag if feed else float("nan"))
+    result = run.result(timer, stopped)
     if run.master:
-        atomic_write_text(run.out / "metrics.json", result.to_json())
-        if not stopped:
-            plot_losses(result, run.out / "loss.png")
-        print(summary_table(result))
+        write_report(result)
     if run.ddp:
         torch.distributed.barrier()
     return result
