@@ -55,12 +55,13 @@ def _shared_ray(request):
     yield
 
 
-REPORT_FILES = ("report.html",)
+#: outputs that differ between runs: the report, and the stage times (stats.json)
+REPORT_FILES = ("report.html", "stats.json")
 
 
 def final_files(root: Path) -> dict[str, bytes]:
     """The outputs that must be byte-identical between runs: shards, sidecars, quarantine,
-    manifest (not the intermediates, not the report's pictures)."""
+    manifest (not the intermediates, not the report's pictures, not the stage times)."""
     return {p.relative_to(root).as_posix(): p.read_bytes()
             for p in sorted(root.rglob("*"))
             if p.is_file() and "work" not in p.relative_to(root).parts

@@ -76,9 +76,12 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
     """After the pipeline: the summary, the report (drawn by ``plot_workers``), the
     Hub-layout text, the output paths; exit status 2 for warnings under ``--strict``."""
     from tokenmill.manifests.summary import summary_table
+    from tokenmill.pipeline.run.stats import STATS_NAME, stats_table
 
     print()
     print(summary_table(res.manifest))
+    print()
+    print(stats_table(res.stats))
     print()
     if res.reused_units == res.total_units:
         print("nothing to redo: every block was already done by an earlier run")
@@ -107,6 +110,7 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
               f"files{', unchanged' if txt.reused else ''}; datasets.load_dataset(FOLDER))")
     print(f"shards:   {Path(res.manifest_path).parent / 'shards'}")
     print(f"manifest: {res.manifest_path}")
+    print(f"stats:    {Path(res.manifest_path).parent / STATS_NAME} (time per stage)")
     if args.strict and res.warnings:
         for w in res.warnings:
             print(f"tokenmill: error: {w.message}", file=sys.stderr)

@@ -23,6 +23,8 @@ rule_measures.png      per filter rule, its measure's histogram per source, thre
 duplicate_clusters.png size distribution of duplicate clusters (kept + removed twins)
 languages.png          language distribution of kept documents (sidecar ``language``)
 mixture.png            the mixture: weighted share per source (tokens x mixture weight)
+stage_times.png        CPU seconds per stage with documents/s and MB/s per core (from
+                       ``stats.json``, :mod:`tokenmill.pipeline.report.timing`)
 =====================  ==================================================================
 
 Tables: the sources (rows read, documents kept, tokens kept, validation documents,
@@ -65,6 +67,7 @@ from tokenmill.atomic import atomic_write_text
 from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manifest
 from tokenmill.manifests.summary import license_family
 from tokenmill.pipeline.report.plots import PlotSpec, PlotWorkers, render
+from tokenmill.pipeline.report.timing import stage_times_spec
 from tokenmill.pipeline.report.tuning import (
     collapsed_license_rows,
     removal_rates_by_source,
@@ -584,8 +587,12 @@ def _spec_mixture(r: _Report) -> PlotSpec | None:
 
 
 # the plots in report order; the first two need the token counts of removed documents
+def _spec_stage_times(r: _Report) -> PlotSpec | None:
+    return stage_times_spec(r.out, r.result.skipped)
+
+
 _PLOTS = (_spec_waterfall, _spec_lengths, _spec_removal_rates, _spec_rules, _spec_clusters,
-          _spec_languages, _spec_mixture)
+          _spec_languages, _spec_mixture, _spec_stage_times)
 _NEED_TOKENS = (_spec_waterfall, _spec_lengths)
 
 

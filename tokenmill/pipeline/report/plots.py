@@ -26,6 +26,10 @@ Kinds and their data (see :mod:`tokenmill.pipeline.report.curation_report` for w
                     "thresholds", "removes": "min"|"max"|"range", "counts": source ->
                     histogram counts}`` (one panel each, thresholds dashed, the removing
                     side shaded)
+``stage_times``     ``stages`` (names, pipeline order), ``cpu_seconds``, ``mb_per_second``
+                    and ``documents_per_second`` (per core, None without time),
+                    ``is_stage`` (False: the executor's own work), ``wall_seconds``,
+                    ``cpus``
 ==================  ===================================================================
 
 Drawing is deterministic: the same data give the same PNG bytes, in any process
@@ -211,10 +215,29 @@ def _rules(plt, d: dict[str, Any]):
     return fig
 
 
+def _stage_times(plt, d: dict[str, Any]):
+    """CPU seconds per stage (pipeline order, top to bottom), labelled with the rates."""
+    names, cpu, mb_s, docs_s = d["stages"], d["cpu_seconds"], d["mb_per_second"], \
+        d["documents_per_second"]
+    fig, ax = plt.subplots(figsize=(9, 0.38 * len(names) + 1.6))
+    y = np.arange(len(names))[::-1]
+    ax.barh(y, cpu, color=["#4c72b0" if o else "#999" for o in d["is_stage"]])
+    total = sum(cpu) or 1
+    for yi, c, m, n in zip(y, cpu, mb_s, docs_s, strict=True):
+        rate = "" if m is None else f", {m:,.1f} MB/s, {n:,.0f} docs/s per core"
+        ax.text(c, yi, f" {c:.2f} s ({100 * c / total:.0f}%){rate}", va="center", fontsize=8)
+    ax.set_yticks(y, names)
+    ax.set_xlim(0, max(cpu + [0.01]) * 1.9)
+    ax.set_xlabel("CPU seconds (summed over the tasks)")
+    ax.set_title(f"time per stage: {total:.1f} CPU s; wall {d['wall_seconds']:.1f} s on "
+                 f"{d['cpus']} CPUs")
+    return fig
+
+
 _DRAW: dict[str, Callable] = {"waterfall": _waterfall, "lengths": _lengths,
                               "removal_rates": _removal_rates, "clusters": _clusters,
                               "languages": _languages, "mixture": _mixture,
-                              "rules": _rules}
+                              "rules": _rules, "stage_times": _stage_times}
 
 
 def draw(kind: str, data: dict[str, Any]) -> bytes:

@@ -55,9 +55,10 @@ from tokenmill.pipeline.run.intermediate import content_hash
 from tokenmill.pipeline.run.prepare_task import PrepareTask, prepare_unit
 from tokenmill.pipeline.run.removals import decide_global
 from tokenmill.pipeline.run.shard_writer import WriteSourceTask, write_source
-from tokenmill.pipeline.run.tasks import run_each
+from tokenmill.pipeline.run.stats import RunStats
+from tokenmill.pipeline.run.tasks import run_each, run_each_timed
 from tokenmill.pipeline.run.tokenize_task import TokenizeTask, tokenize_block
-from tokenmill.raysession import ray_session
+from tokenmill.raysession import cluster_cpus, ray_session
 from tokenmill.tokenizers import TokenizerIdentity, identity
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class RunResult:
     stage_blocks: dict[str, list[int]] = field(default_factory=dict)
     input_bytes: int = 0  # bytes of the input files (each hashed once per run)
     hash_seconds: float = 0.0  # task time spent hashing them (summed over tasks)
+    #: CPU time per stage and wall time per phase (what ``stats.json`` holds)
+    stats: RunStats = field(default_factory=RunStats.empty)
 
     @property
     def warnings(self) -> list[CurationWarning]:
@@ -180,8 +183,12 @@ def run_datamix(
     sources = resolve_sources(cfg)
     out_dir = Path(cfg.output_dir).resolve()
     plan = plan_units(cfg, sources)
+    stats = RunStats.empty()
+    stats.phases["plan"] = time.perf_counter() - t0
     with output_lock(out_dir), ray_session(ray_address, num_cpus):
-        return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
+        stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
+        stats.cpus = cluster_cpus()
+        return _execute(cfg, tok, sources, plan, out_dir, progress, t0, stats)
 
 
 def tokenizer_change(cfg: DatamixConfig) -> str | None:
@@ -202,8 +209,10 @@ def tokenizer_change(cfg: DatamixConfig) -> str | None:
             f"will record {loaded.short()}")
 
 
-def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:
-    """Hash + read + document stages + global stages' columns, per unit on Ray."""
+def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool,
+             stats: RunStats) -> list[Block]:
+    """Hash + read + document stages + global stages' columns, per unit on Ray (their
+    CPU time added to ``stats``)."""
     specs = []
     for u in plan:
         sc = u.source.config
@@ -217,24 +226,36 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
     per_unit = run_each(prepare_unit, specs, "read+normalize", progress)
     for u, res in zip(plan, per_unit, strict=True):
         u.hashed, u.hash_seconds = res["files"], res["hash_seconds"]
+        stats.row("read").add(res["hash_cpu"], blocks=0)
+        for b in res["blocks"]:
+            stats.merge(b["timings"])
+            for name, was in b["reused"].items():
+                stats.row(name).reused += bool(was)
     return [Block(source=u.source, prepare_digest=b["digest"], prepare_info=b["info"],
                   stage_reused=b["reused"])
             for u, res in zip(plan, per_unit, strict=True) for b in res["blocks"]]
 
 
-def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool
-            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool,
+            stats: RunStats) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The global stages' decisions, in order, in hash partitions on Ray
     (:func:`~tokenmill.pipeline.run.removals.decide_global`): per block its removals
     file's digest, and the stages' manifest records by stage name."""
     src = cfg.sources[0]  # global stages are configured per datamix, not per source
     global_stages = [c.build() for c in stage_list.calls(cfg, src, "global")]
-    return decide_global(str(work), [b.prepare_digest for b in blocks], global_stages,
-                         cfg.dedup.partitions, progress)
+    cpu: dict[str, float] = {}
+    out = decide_global(str(work), [b.prepare_digest for b in blocks], global_stages,
+                        cfg.dedup.partitions, progress, cpu)
+    docs = sum(b.prepare_info["docs"] for b in blocks)
+    for name, seconds in cpu.items():  # a decision runs over every block's documents
+        stats.row(name).add(seconds, docs if name == "removals" else 0,
+                            blocks=len(blocks) if name == "removals" else 1)
+    return out
 
 
 def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
-              removals: list[dict[str, Any]], work: Path, progress: bool) -> None:
+              removals: list[dict[str, Any]], work: Path, progress: bool,
+              stats: RunStats) -> None:
     """The block stage (tokenize), per block on Ray; each task reads its block's removals."""
     call, = stage_list.calls(cfg, cfg.sources[0], "block")
     fingerprint = call.build().fingerprint()
@@ -248,11 +269,14 @@ def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
                                   call, meta))
     infos = run_each(tokenize_block, specs, "tokenize", progress)
     for b, info in zip(blocks, infos, strict=True):
+        stats.merge(info.pop("timings", {}))
+        stats.row(call.name).reused += bool(info["reused"])
         b.tokenize_info = info
 
 
 def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSource],
-           blocks: list[Block], out_dir: Path, progress: bool) -> list[dict[str, Any]]:
+           blocks: list[Block], out_dir: Path, progress: bool, stats: RunStats
+           ) -> list[dict[str, Any]]:
     """The source stage (shard writing), per source on Ray."""
     # From here the shards change: a manifest of an earlier run must not sit beside them
     # (a crash now leaves no manifest, never a manifest that lies).
@@ -267,15 +291,25 @@ def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSou
                         for b in blocks if b.source is src),
             shards=call.build(), shard_version=version_for_vocab(tok.n_vocab),
             meta_columns=stage_list.metadata_names()))
-    return run_each(write_source, specs, "write shards", progress)
+    written = run_each_timed(write_source, specs, "write shards", progress)
+    for src, (_, seconds) in zip(sources, written, strict=True):
+        infos = [b.tokenize_info for b in blocks if b.source is src]
+        stats.row(call.name).add(seconds, sum(i["kept"] for i in infos),
+                                 sum(i.get("text_bytes", 0) for i in infos))
+    return [w for w, _ in written]
 
 
-def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
+def _execute(cfg, tok, sources, plan, out_dir, progress, t0, stats: RunStats) -> RunResult:
     work = out_dir / "work"
-    blocks = _prepare(cfg, plan, work, progress)
-    removals, records = _decide(cfg, blocks, work, progress)
-    _tokenize(cfg, tok, blocks, removals, work, progress)
-    written = _write(cfg, tok, sources, blocks, out_dir, progress)
+    lap = _lap_clock(stats)
+    blocks = _prepare(cfg, plan, work, progress, stats)
+    lap("prepare")
+    removals, records = _decide(cfg, blocks, work, progress, stats)
+    lap("decide")
+    _tokenize(cfg, tok, blocks, removals, work, progress, stats)
+    lap("tokenize")
+    written = _write(cfg, tok, sources, blocks, out_dir, progress, stats)
+    lap("write")
     entries: list = []
     warnings: list[CurationWarning] = []
     for src, w in zip(sources, written, strict=True):
@@ -293,10 +327,25 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
     measures.write_records(work / "measures", {
         src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
         for src in sources})
+    lap("manifest")
     res = _result(path, manifest, blocks, time.perf_counter() - t0)
     res.input_bytes = sum(f.size for e in entries for f in e.files)
     res.hash_seconds = sum(u.hash_seconds for u in plan)
+    stats.wall_seconds = res.seconds
+    stats.write(out_dir)  # beside the manifest, never in it: times differ between runs
+    res.stats = stats
     return res
+
+
+def _lap_clock(stats: RunStats):
+    """``lap(name)``: record the wall seconds since the previous lap as phase ``name``."""
+    last = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        stats.phases[name] = now - last[0]
+        last[0] = now
+    return lap
 
 
 def link_warnings(src: ResolvedSource) -> list[CurationWarning]:

@@ -47,6 +47,7 @@ from tokenmill.pipeline.run.intermediate import (
     fault_injection_delay,
     write_parquet,
 )
+from tokenmill.pipeline.run.stats import utf8_size
 from tokenmill.pipeline.stage import Document, DocumentStage, GlobalStage, Rejection
 
 if TYPE_CHECKING:  # the stage list imports the stages, which import this module
@@ -167,17 +168,20 @@ def block_keys(spec: PrepareTask, digest: str, index: int, fingerprints: dict[st
 def prepare_unit(spec: PrepareTask) -> dict[str, Any]:
     """Hash, read and prepare one unit, block by block (the stage objects built once).
 
-    Returns ``{"files": [[path, size, sha256]], "hash_seconds": float, "blocks": [...]}``
-    with, per block in order, ``{"digest", "info", "reused": {stage: bool}}``; info holds
+    Returns ``{"files": [[path, size, sha256]], "hash_seconds": float (wall), "hash_cpu":
+    float (CPU seconds), "blocks": [...]}`` with, per block in order, ``{"digest", "info",
+    "reused": {stage: bool}, "timings": {stage: [CPU seconds, documents in, UTF-8 bytes
+    in]} (the stages it computed; :mod:`~tokenmill.pipeline.run.stats`)}``; info holds
     the counters (``read``, ``docs``, ``last``, ``stages``, and ``files``: per file of the
     block, by its printable name, ``{"docs": documents it yields, "rejected": {reason:
     rows}}``, counting the rows the reader and the quarantining stages (normalize)
     quarantined).
     """
     fault_injection_delay()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     files = hash_files(spec.root, list(spec.files))
     hash_seconds = time.perf_counter() - t0
+    hash_cpu = time.process_time() - cpu0
     digest = unit_digest(spec, files)
     blocks: list[dict[str, Any]] = []
     built = _Built.of(spec)
@@ -185,13 +189,16 @@ def prepare_unit(spec: PrepareTask) -> dict[str, Any]:
         keys = block_keys(spec, digest, index, built.fingerprints)
         out = StageOutput(spec.work, "prepare", keys["prepare"])
         done = out.load_done()
+        timings: dict[str, list[float]] = {}
         if done is None:
-            info, reused = _prepare_block(spec, built, index, keys, out)
+            info, reused = _prepare_block(spec, built, index, keys, out, timings)
         else:
             info, reused = done["info"], {name: True for name in keys}
-        blocks.append({"digest": keys["prepare"], "info": info, "reused": reused})
+        blocks.append({"digest": keys["prepare"], "info": info, "reused": reused,
+                       "timings": timings})
         if info["last"]:
-            return {"files": files, "hash_seconds": hash_seconds, "blocks": blocks}
+            return {"files": files, "hash_seconds": hash_seconds, "hash_cpu": hash_cpu,
+                    "blocks": blocks}
     raise AssertionError("unreachable")
 
 
@@ -301,6 +308,16 @@ def _document_stage(out: StageOutput, step: DocumentStage, docs: list[Document]
     return kept, info, False
 
 
+def _lap(timings: dict[str, list[float]], name: str, since: float, computed: bool,
+         documents: int, nbytes: int) -> float:
+    """Record ``[CPU seconds since since, documents, nbytes]`` under ``name`` when the
+    stage was computed (not reused); returns the clock now."""
+    now = time.process_time()
+    if computed:
+        timings[name] = [now - since, documents, nbytes]
+    return now
+
+
 def _count_quarantined(source: str, stages: dict[str, Any], files: dict[str, Any],
                        q_paths: list[Path], quarantining: set[str]) -> None:
     """Add, per file of ``files`` (the read info's), the rows the document stages in
@@ -320,10 +337,16 @@ def _count_quarantined(source: str, stages: dict[str, Any], files: dict[str, Any
 
 
 def _prepare_block(spec: PrepareTask, built: _Built, index: int, keys: dict[str, str],
-                   out: StageOutput) -> tuple[dict[str, Any], dict[str, bool]]:
+                   out: StageOutput, timings: dict[str, list[float]]
+                   ) -> tuple[dict[str, Any], dict[str, bool]]:
+    """Prepare block ``index``; ``timings`` receives, per stage it computed, ``[CPU
+    seconds, documents in, UTF-8 bytes in]`` (``prepare``: the rest of the block's work)."""
     work = spec.work
+    cpu0 = clock = time.process_time()
     read_out = StageOutput(work, "read", keys["read"])
     docs, read_info, reused_read = _read_block(spec, index, read_out)
+    sizes = {d.key: utf8_size(d.text) for d in docs}
+    clock = _lap(timings, "read", clock, not reused_read, len(docs), sum(sizes.values()))
     reused = {"read": reused_read}
     problems = [read_out.problem] if read_out.problem else []
     stages: dict[str, Any] = {"read": {"rejected": read_info["rejected"]}}
@@ -331,7 +354,9 @@ def _prepare_block(spec: PrepareTask, built: _Built, index: int, keys: dict[str,
     for call, step in built.document:
         name = call.name
         st_out = StageOutput(work, name, keys[name])
+        n_in, bytes_in = len(docs), sum(sizes[d.key] for d in docs)
         docs, stages[name], reused[name] = _document_stage(st_out, step, docs)
+        clock = _lap(timings, name, clock, not reused[name], n_in, bytes_in)
         problems += [st_out.problem] if st_out.problem else []
         q_paths.append(st_out.path(".quarantine.parquet"))
     files = {f: {"docs": c["docs"], "rejected": dict(c["rejected"])}
@@ -344,14 +369,19 @@ def _prepare_block(spec: PrepareTask, built: _Built, index: int, keys: dict[str,
     }
     for col, typ in (m for c in spec.stages for m in c.stage.metadata):
         cols[col] = pa.array([d.metadata.get(col) for d in docs], typ)
+    n_in, bytes_in = len(docs), sum(sizes[d.key] for d in docs)
     for g in built.globals:
+        clock = time.process_time()
         cols.update(g.block_columns(docs))
+        _lap(timings, g.name, clock, True, n_in, bytes_in)
     rows = pa.concat_tables([quarantine.read_quarantine(p) for p in q_paths]).to_pylist()
     rejected = [Rejection(**r) for r in sorted(rows, key=lambda r: r["key"])]
     info = {"read": read_info["read"], "docs": len(docs), "last": read_info["last"],
             "stages": stages, "files": files}
     _commit(out, pa.table(cols), rejected, info)
     reused["prepare"] = False
+    timed = sum(t[0] for t in timings.values())
+    timings["prepare"] = [time.process_time() - cpu0 - timed, n_in, bytes_in]
     if out.problem:
         problems.append(out.problem)
     return info | ({"recovered": problems} if problems else {}), reused

@@ -12,6 +12,7 @@ kept, stage, detail``, sorted by key), which the block's tokenize task reads
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.pipeline.run.intermediate import StageOutput, content_hash, write_parquet
 from tokenmill.pipeline.run.partition_files import cached, read_partitions
-from tokenmill.pipeline.run.tasks import run_batches
+from tokenmill.pipeline.run.tasks import batch_cpu_seconds, run_batches
 from tokenmill.pipeline.stage import GlobalContext, GlobalDecision, GlobalStage
 
 #: part of the removals' content address: bump when their output changes
@@ -108,8 +109,13 @@ def load_removals(work: str, digest: str) -> dict[str, list]:
                 strict=True)}
 
 
+def _cpu_clock() -> float:
+    """CPU seconds of this thread plus those of the Ray batch tasks finished so far."""
+    return time.thread_time() + batch_cpu_seconds()
+
+
 def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage],
-                  parts: int, progress: bool = False
+                  parts: int, progress: bool = False, cpu: dict[str, float] | None = None
                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The decisions of the global ``stages`` (in order) over the prepared ``blocks``
     (digests under ``prepare_work``, in the global document order), in ``parts`` hash
@@ -118,7 +124,9 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     Returns ``(per block, records)``: per block ``{"removals": digest of its removals
     file (``<prepare_work>/dedup/removals/<digest>.parquet``, see :func:`load_removals`),
     "content": digest of the removals, "removed": count}``; the stages' manifest records
-    by stage name (stages without one are left out).
+    by stage name (stages without one are left out). ``cpu``, when given, receives per
+    stage name (and ``removals``, the per-block gathering) the CPU seconds of its
+    decision: this thread's and its Ray tasks' (:func:`~.tasks.batch_cpu_seconds`).
 
     Raises:
         ValueError: ``parts < 1``.
@@ -128,14 +136,19 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     work = str(Path(prepare_work) / "dedup")
     decision: GlobalDecision | None = None
     records: dict[str, Any] = {}
+    cpu = {} if cpu is None else cpu
     for stage in stages:
+        clock = _cpu_clock()
         decision = stage.decide(GlobalContext(work, prepare_work, tuple(blocks), parts,
                                               progress, decision))
+        cpu[stage.name] = _cpu_clock() - clock
         if decision.record is not None:
             records[stage.name] = decision.record
     files = decision.removals if decision is not None else ()
     tasks = [AssembleTask(work, files, i, content_hash("removals", VERSION, i, files))
              for i in range(len(blocks))]
+    clock = _cpu_clock()
     infos = run_batches(assemble, tasks, "dedup: removals", progress)
+    cpu["removals"] = _cpu_clock() - clock
     return [{"removals": t.digest, "content": x["content"], "removed": x["removed"]}
             for t, x in zip(tasks, infos, strict=True)], records

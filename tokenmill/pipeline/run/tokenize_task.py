@@ -7,6 +7,7 @@ output never depends on which worker ran it or in what order.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 from tokenmill.pipeline.run import quarantine
 from tokenmill.pipeline.run.intermediate import StageOutput, fault_injection_delay, write_parquet
 from tokenmill.pipeline.run.removals import load_removals
+from tokenmill.pipeline.run.stats import utf8_size
 from tokenmill.pipeline.stage import Rejection
 
 if TYPE_CHECKING:
@@ -73,9 +75,12 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
     """Tokenize one prepared block, less its documents removed by the global stages.
 
     Returns info: ``docs_in``, ``removed`` (stage -> documents), ``kept``, ``tokens``,
-    ``reused``, ``recovered``.
+    ``text_bytes`` (UTF-8 bytes of the kept documents' text), ``reused``, ``recovered``,
+    and, when computed, ``timings``: ``{"tokenize": [CPU seconds, documents tokenized,
+    text bytes]}`` (:mod:`~tokenmill.pipeline.run.stats`).
     """
     fault_injection_delay()
+    cpu0 = time.process_time()
     out = StageOutput(spec.work, "tokenize", spec.digest)
     done = out.load_done()
     if done is not None:
@@ -100,7 +105,10 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
         cols[c] = table.column(c).take(pa.array(kept_idx, pa.int64())).combine_chunks()
     write_parquet(out.path(".tokens.parquet"), pa.table(cols))
     quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
+    text_bytes = sum(utf8_size(texts[i]) for i in kept_idx)
     info = {"docs_in": len(keys), "removed": dict(sorted(removed.items())),
-            "kept": len(kept_idx), "tokens": int(lengths.sum())}
+            "kept": len(kept_idx), "tokens": int(lengths.sum()), "text_bytes": text_bytes}
     out.commit([".tokens.parquet", ".quarantine.parquet"], info)
-    return info | {"reused": False, "recovered": [out.problem] if out.problem else []}
+    timings = {"tokenize": [time.process_time() - cpu0, len(kept_idx), text_bytes]}
+    return info | {"reused": False, "recovered": [out.problem] if out.problem else [],
+                   "timings": timings}
