@@ -40,6 +40,7 @@ from tokenmill.pipeline.document.measures import block_record
 from tokenmill.pipeline.document.quality import FineWebQualityFilter, GopherQualityFilter
 from tokenmill.pipeline.report.curation_report import document_waterfall, write_report
 from tokenmill.pipeline.report.tuning import LICENSE_ROWS
+from tokenmill.pipeline.run.stats import RunStats
 from tokenmill.pipeline.stage import Document, DocumentStage, Rejection
 from tokenmill.tokenizers import get_encoding, identity
 
@@ -150,6 +151,13 @@ def _build_run(out: Path, with_language: bool = True, with_quarantine: bool = Tr
                                          sha256=sha256_file(qp)))
     DatamixManifest(name="report-test", config={}, config_sha256="0" * 64, tokenizer=tok,
                     sources=sources, quarantine=q_entries).write(out)
+    if with_measures:  # the stage times a run writes beside the manifest
+        stats = RunStats.empty()
+        for name, cpu in (("read", 0.5), ("gopher_quality", 2.0), ("prepare", 0.2),
+                          ("fuzzy_dedup", 1.0), ("tokenize", 1.5)):
+            stats.row(name).add(cpu, 200, 1_000_000)
+        stats.wall_seconds, stats.cpus = 4.0, 2
+        stats.write(out)
     return out
 
 
@@ -181,7 +189,7 @@ def test_report_renders_every_plot(run_dir):
     pngs = _check_rendered(run_dir, res)
     assert pngs == sorted(["waterfall.png", "lengths.png", "removal_rates.png",
                            "rule_measures.png", "duplicate_clusters.png", "languages.png",
-                           "mixture.png"])
+                           "mixture.png", "stage_times.png"])
     assert res.skipped == {}
     m = load_manifest(run_dir)
     stages, remaining = document_waterfall(m)
@@ -206,7 +214,7 @@ def test_report_skips_missing_inputs(tmp_path):
     pngs = _check_rendered(out, res)
     assert "languages.png" not in pngs and "duplicate_clusters.png" not in pngs
     assert set(res.skipped) == {"languages.png", "duplicate_clusters.png",
-                                "rule_measures.png"}
+                                "rule_measures.png", "stage_times.png"}
     assert "no language column" in res.html.read_text("utf-8")
     # rerun overwrites in place
     shutil.copy(out / "manifest.json", out / "manifest.bak")
