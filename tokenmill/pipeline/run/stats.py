@@ -14,7 +14,8 @@ normalization changes it); for ``read``, the text it yields.
 
 Rows are the stages of :data:`~tokenmill.pipeline.run.stage_list.STAGES` that ran, in
 order, and two rows of the executor's own work: ``prepare`` (storing each block's
-surviving documents and the global stages' columns, after the document stages) and
+surviving documents and the global stages' columns, after the document stages, and
+loading the outputs of reused stages) and
 ``removals`` (gathering each block's removals after the global decisions).
 """
 
@@ -65,10 +66,12 @@ class StageTime:
         self.blocks += blocks
 
     def rates(self) -> tuple[float | None, float | None]:
-        """(documents per CPU second, MB (1e6 bytes) per CPU second), None without time."""
+        """(documents per CPU second, MB (1e6 bytes) per CPU second), None without time
+        (MB/s: or without bytes)."""
         if self.cpu_seconds <= 0:
             return None, None
-        return self.documents / self.cpu_seconds, self.bytes / 1e6 / self.cpu_seconds
+        return (self.documents / self.cpu_seconds,
+                self.bytes / 1e6 / self.cpu_seconds if self.bytes else None)
 
 
 def row_order() -> list[str]:
