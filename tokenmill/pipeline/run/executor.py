@@ -247,9 +247,9 @@ def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool,
     out = decide_global(str(work), [b.prepare_digest for b in blocks], global_stages,
                         cfg.dedup.partitions, progress, cpu)
     docs = sum(b.prepare_info["docs"] for b in blocks)
-    for name, seconds in cpu.items():  # a decision runs over every block's documents
-        stats.row(name).add(seconds, docs if name == "removals" else 0,
-                            blocks=len(blocks) if name == "removals" else 1)
+    for name, seconds in cpu.items():  # a stage's columns counted its blocks already
+        gather = name == "removals"
+        stats.row(name).add(seconds, docs if gather else 0, blocks=len(blocks) if gather else 0)
     return out
 
 

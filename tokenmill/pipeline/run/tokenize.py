@@ -1,4 +1,5 @@
-"""Tokenization with tiktoken: ``encode_ordinary`` in batches, an EOT before every document.
+"""Tokenization with tiktoken: ``encode_ordinary``'s ids as numpy arrays, an EOT before
+every document.
 
 ``encode_ordinary`` never produces special ids, so a literal ``<|endoftext|>`` inside a
 document is tokenized as ordinary text; the only EOT ids in a shard are the document
@@ -7,17 +8,32 @@ separators (modded-nanogpt's FineWeb convention: EOT, then the document).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import tiktoken
 
 from tokenmill.pipeline.stage import Configured
 from tokenmill.tokenizers import get_encoding
 
 
+def encode_ordinary_array(enc: tiktoken.Encoding, text: str) -> np.ndarray:
+    """``enc.encode_ordinary(text)`` as uint32[n], straight from tiktoken's buffer
+    (``encode_to_numpy`` with no special token allowed nor checked: the same ids, without
+    a Python int per token). Lone surrogates are replaced as ``encode_ordinary`` does."""
+    try:
+        return enc.encode_to_numpy(text, disallowed_special=())
+    except UnicodeEncodeError:  # as tiktoken's encode_ordinary: U+FFFD for lone surrogates
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return enc.encode_to_numpy(text, disallowed_special=())
+
+
 def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Tokenize documents, each prefixed by EOT.
+    """Tokenize documents, each prefixed by EOT (``num_threads`` > 1: in a thread pool;
+    tiktoken releases the GIL while it encodes).
 
     Returns:
         tokens: uint32[sum(lengths)], documents concatenated in input order.
@@ -26,13 +42,14 @@ def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
     enc = get_encoding(encoding)
     if not texts:
         return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64)
-    encoded = enc.encode_ordinary_batch(texts, num_threads=num_threads)
-    lengths = np.fromiter((len(t) + 1 for t in encoded), dtype=np.int64, count=len(encoded))
-    tokens = np.empty(int(lengths.sum()), dtype=np.uint32)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    tokens[starts] = enc.eot_token
-    for s, t in zip(starts, encoded, strict=True):
-        tokens[s + 1 : s + 1 + len(t)] = t
+    if num_threads > 1:
+        with ThreadPoolExecutor(num_threads) as pool:
+            encoded = list(pool.map(functools.partial(encode_ordinary_array, enc), texts))
+    else:
+        encoded = [encode_ordinary_array(enc, t) for t in texts]
+    eot = np.array([enc.eot_token], dtype=np.uint32)
+    lengths = np.fromiter((t.size + 1 for t in encoded), dtype=np.int64, count=len(encoded))
+    tokens = np.concatenate([part for t in encoded for part in (eot, t)])
     return tokens, lengths
 
 
