@@ -373,7 +373,7 @@ def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
     shutil.copytree(run_dir, serial)
     res = write_report(serial)
     files = {p.name: p.read_bytes() for p in [*res.images, res.html]}
-    assert len(res.images) == 7
+    assert len(res.images) == 8
     with PlotWorkers(2) as workers:
         par = write_report(run_dir, load_manifest(run_dir), workers=workers)
     _check_rendered(run_dir, par)
