@@ -1,8 +1,11 @@
-"""The per-document word analysis the quality filters share: every number equals what the
-word splitter gives for the same text, on real and hostile texts, across table resets."""
+"""The per-document word analysis the quality filters share (numba over code points):
+every number equals what the Python word splitter gives for the same text, and C4's line
+checks on the numba line table decide as its line-by-line Python loop, on real and
+hostile texts. A sample always; every document of the four shared corpora when slow."""
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -10,47 +13,84 @@ import pytest
 
 from tests.shared import corpora
 from tokenmill.pipeline.document import analysis
-from tokenmill.pipeline.document.words import count_sentences, split_words, word_counts
+from tokenmill.pipeline.document.quality import C4QualityFilter
+from tokenmill.pipeline.document.words import (
+    SENTENCE_TERMINALS,
+    count_sentences,
+    is_punct_word,
+    split_words,
+    word_counts,
+)
+from tokenmill.pipeline.stage import Document
+
+ALL = ("c4-en-sample", "cc-main-2019-sample", "wikipedia-wikitext-sample", "python-docs-rst")
+HOSTILE = ["", " ", "\n\n", "a\r\nb\rc\x0bd\x0ce\x1cf\x85g\u2028h\u2029i", "Cannot, cannot.",
+           "CANNOT go. Mr. Smith's U.S. e.g. it. (word), 58.19 1,000 10:30 don't I'm",
+           "𝐇𝐞𝐥𝐥𝐨 𝐰𝐨𝐫𝐥𝐝. 😀😀 ok! 𝟏𝟐𝟑", "a\ud800b c.", "x [1] y. z {a}. lorem ipsum."]
 
 
-def _texts() -> list[str]:
+def _sample() -> list[str]:
     naughty = json.loads((corpora("naughty-strings") / "data" / "blns.json").read_text())
-    c4 = (corpora("c4-en-sample") / "data").glob("*.gz")
-    import gzip
-
     web = []
-    for f in sorted(c4)[:1]:
+    for f in sorted((corpora("c4-en-sample") / "data").glob("*.gz"))[:1]:
         with gzip.open(f, "rt", encoding="utf-8") as fh:
             web += [json.loads(line)["text"] for line, _ in zip(fh, range(60), strict=False)]
-    return [t for t in naughty + web if isinstance(t, str)]
+    return HOSTILE + [t for t in naughty + web if isinstance(t, str)]
 
 
-@pytest.mark.parametrize("max_chunks", [analysis.MAX_CHUNKS, 50])
-def test_chunk_numbers_match_the_word_splitter(monkeypatch, max_chunks):
-    monkeypatch.setattr(analysis, "MAX_CHUNKS", max_chunks)  # 50: the table resets often
-    monkeypatch.setattr(analysis, "_TABLE", analysis._ChunkTable())  # an empty table
-    analysis.release()
-    gen0 = analysis.table().generation
-    for text in _texts():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            continue
-        ids = analysis.chunk_ids(text)
-        assert analysis.chunk_ids(text) is ids or max_chunks == 50  # cached per text
-        t = analysis.table()
+def _every_document() -> list[str]:
+    from tests.pipeline.test_quality_reference import _texts
+
+    return [t for _, t in _texts(ALL)]
+
+
+def _check_words(texts: list[str]) -> None:
+    seen: dict[int, str] = {}
+    for text in texts:
+        tw = analysis.analyze(text)
+        assert analysis.analyze(text) is tw  # cached per text
         words = split_words(text)
         n_words, n_content, chars, n_alpha, _ = word_counts(text)
-        assert analysis.totals(ids).tolist() == [n_words, n_content, chars, n_alpha]
-        wh, wl = analysis.word_hashes(ids)
-        assert wh.tolist() == [hash(w) for w in words]
-        assert wl.tolist() == [len(w) for w in words]
+        assert tw.totals.tolist() == [n_words, n_content, chars, n_alpha]
+        assert tw.word_len.tolist() == [len(w) for w in words]
+        assert tw.word_kind.tolist() == [
+            is_punct_word(w) | 2 * any(map(str.isalpha, w)) | 4 * (w in SENTENCE_TERMINALS)
+            for w in words]
+        for h, w in zip(tw.word_hash.tolist(), words, strict=True):
+            assert seen.setdefault(h, w) == w  # equal hashes, equal words
         lines = [ln.split() for ln in text.splitlines()]
-        ends = np.cumsum([len(ln) for ln in lines]).astype(np.int64)
-        starts = ends - [len(ln) for ln in lines]
-        assert analysis.sentences(ids, starts, ends) == sum(
+        ends = np.cumsum([len(ln) for ln in lines], dtype=np.int64)
+        starts = ends - np.array([len(ln) for ln in lines], np.int64)
+        assert tw.sentences(starts, ends) == sum(
             count_sentences(list(split_words(" ".join(ln)))) for ln in lines)
-        assert t is analysis.table()
-    if max_chunks == 50:
-        assert analysis.table().generation > gen0
+        assert tw.stop_word_count(analysis.hashes_of(["the", "and", "58.19"])) == len(
+            {"the", "and", "58.19"}.intersection(words))
     analysis.release()
+
+
+def _check_c4_lines(texts: list[str]) -> None:
+    kernel, python = C4QualityFilter(), C4QualityFilter()
+    python._fast = False
+    assert kernel._fast
+    for i, text in enumerate(texts):
+        a, b = Document(key=str(i), source="s", text=text), Document(key=str(i), source="s",
+                                                                      text=text)
+        assert (kernel.reason(a), a.text) == (python.reason(b), b.text)
+    assert kernel.line_stats == python.line_stats
+    assert kernel.measures.values == python.measures.values
+    analysis.release()
+
+
+def test_word_analysis_matches_the_word_splitter_on_a_sample():
+    _check_words(_sample())
+
+
+def test_c4_line_table_decides_as_the_line_loop_on_a_sample():
+    _check_c4_lines(_sample())
+
+
+@pytest.mark.slow
+def test_word_analysis_and_c4_lines_match_on_every_document():
+    texts = _every_document()
+    _check_words(texts)
+    _check_c4_lines(texts)

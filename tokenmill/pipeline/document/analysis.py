@@ -2,230 +2,424 @@
 
 The quality filters (Gopher quality and repetition, C4, FineWeb) all need the words of
 :func:`tokenmill.pipeline.document.words.split_words`, and they run one after another over
-a whole block. Splitting is the costly part, and it is a function of each whitespace
-chunk alone, so this module keeps:
+a whole block. :func:`analyze` splits a text once, in numba over its code points, into
+word boundaries and per-word numbers, and caches the result per text object (the entry
+holds the text, so an id is never reused while cached): the second filter to look at a
+document pays one dictionary lookup.
 
-* a process-wide **chunk table**: each distinct whitespace chunk gets a dense id, split
-  once (in Python, the spaCy-like rules) into its words, from which per-chunk numbers are
-  kept in numpy arrays: word count, non-punctuation words, their characters, words
-  holding a letter, the sentencizer's transition (:func:`~.words.count_sentences` over
-  the chunk's words, from either state) and the flat hash and length of each word;
-* a per-text cache of the text's chunk ids (``int32[chunks]``), keyed by the identity of
-  the text object (the entry holds the text, so an id is never reused while cached): the
-  second filter to look at a document pays one dictionary lookup.
+The split follows :mod:`~tokenmill.pipeline.document.words` exactly: the text is cut into
+whitespace chunks (``str.split()``), and a chunk that no rule touches (letters only,
+digits only) or that only loses one closing mark (``word,`` ``word)`` ``word.``) is split
+in numba; every other chunk (about one in ten in web text) is split by
+:func:`~tokenmill.pipeline.document.words.split_chunk` in Python, cached per distinct
+chunk, as word lengths (a chunk's words are its consecutive pieces). Per word the kernel
+keeps its start and length (code points), a 64-bit hash of its code points (FNV-1a, then
+a murmur finalizer: equal words, equal hashes), whether it is punctuation
+(:func:`~.words.is_punct_word`), holds a letter, or is one sentence terminal; character
+classes come from a table over every code point built from ``str`` methods and
+:mod:`unicodedata` (:data:`FLAGS`; the code points above the Basic Multilingual Plane are
+filled in when a text first holds them).
 
-Everything a filter needs is then a numpy gather over chunk ids (totals, word hashes for
-the n-gram kernel), with no word list built. The table is reset when it holds
-``MAX_CHUNKS`` chunks (a new generation: cached ids of the old one are recomputed), the
-text cache is emptied when it holds ``MAX_CACHED_IDS`` ids; :func:`release` empties it at
-once (call it when a block's document stages are done, to free the memory early).
+:func:`release` empties the per-text cache (call it when a block's document stages are
+done, to free the memory early); it also empties itself past ``MAX_CACHED_WORDS`` words.
 """
 
 from __future__ import annotations
 
-import itertools
+import unicodedata
 
 import numba
 import numpy as np
 
 from tokenmill.pipeline.document.words import (
+    ABBREVIATIONS,
     SENTENCE_TERMINALS,
-    is_punct_word,
+    is_punct_char,
     split_chunk,
 )
 
-MAX_CHUNKS = 1_000_000
-MAX_CACHED_IDS = 8_000_000
+MAX_CACHED_WORDS = 8_000_000
+MAX_CHUNK_CACHE = 500_000
 
-#: columns of the per-chunk statistics
+#: indices of :meth:`TextWords.totals`
 N_WORDS, N_CONTENT, CONTENT_CHARS, N_ALPHA = 0, 1, 2, 3
 
+# per code point flags
+ALPHA, DIGIT, ALNUM, PUNCT, STERM, UPPER, TITLE, MARK, SPACE = (1 << i for i in range(9))
+_KNOWN = 1 << 15  # the entry has been filled in
 
-class _ChunkTable:
-    """Distinct chunks → dense ids, their words and per-chunk numbers (growing arrays)."""
+_CANNOT = np.array([ord(c) for c in "cannot"], np.uint32)
 
-    def __init__(self, generation: int = 0) -> None:
-        self.generation = generation
-        self.ids: dict[str, int] = {}
-        self.words: list[tuple[str, ...]] = []
-        self.stats = np.zeros((1024, 4), np.int64)
-        self.sentences = np.zeros((1024, 4), np.int8)  # inc, out from state 0; from 1
-        self.word_start = np.zeros(1025, np.int64)
-        self.word_hash = np.zeros(4096, np.int64)
-        self.word_len = np.zeros(4096, np.int64)
+# per word kinds
+_K_PUNCT, _K_ALPHA, _K_STERM = 1, 2, 4
 
-    def _grow(self, chunks: int, words: int) -> None:
-        if chunks > self.stats.shape[0]:
-            cap = max(chunks, 2 * self.stats.shape[0])
-            self.stats = np.resize(self.stats, (cap, 4))
-            self.sentences = np.resize(self.sentences, (cap, 4))
-            self.word_start = np.resize(self.word_start, cap + 1)
-        if words > self.word_hash.shape[0]:
-            cap = max(words, 2 * self.word_hash.shape[0])
-            self.word_hash = np.resize(self.word_hash, cap)
-            self.word_len = np.resize(self.word_len, cap)
-
-    def add(self, new_chunks: set[str]) -> None:
-        """Give each of ``new_chunks`` (none known yet) an id, its words and numbers."""
-        chunks = list(new_chunks)
-        first = len(self.words)
-        new = [split_chunk(c) for c in chunks]
-        n_words = sum(map(len, new))
-        w0 = int(self.word_start[first])
-        self._grow(first + len(new), w0 + n_words)
-        flat = [w for ws in new for w in ws]
-        self.word_hash[w0:w0 + n_words] = np.fromiter(map(hash, flat), np.int64, n_words)
-        self.word_len[w0:w0 + n_words] = np.fromiter(map(len, flat), np.int64, n_words)
-        end = first + len(new)
-        self.ids.update(zip(chunks, range(first, end), strict=True))
-        self.words += new
-        self.stats[first:end] = [_chunk_numbers(ws) for ws in new]
-        self.sentences[first:end] = [
-            (0, 0, 1, 0) if len(ws) == 1 and ws[0].isalnum() else
-            (*_sentence_step(ws, False), *_sentence_step(ws, True)) for ws in new]
-        self.word_start[first + 1:end + 1] = w0 + np.cumsum(
-            np.fromiter(map(len, new), np.int64, len(new)))
+# the longest abbreviation that is letters and a final period ("Messrs."): shorter
+# "letters." chunks go to the Python splitter, which knows them
+_ABBREV_MAX = max(len(a) for a in ABBREVIATIONS if a[:-1].isalpha() and a[-1] == ".")
 
 
-def _chunk_numbers(words: tuple[str, ...]) -> tuple[int, int, int, int]:
-    """(words, non-punctuation words, their characters, words holding a letter)."""
-    if len(words) == 1 and words[0].isalpha():  # most chunks
-        return 1, 1, len(words[0]), 1
-    content = [w for w in words if not is_punct_word(w)]
-    return (len(words), len(content), sum(map(len, content)),
-            sum(1 for w in words if any(map(str.isalpha, w))))
+def _flags_of(c: int) -> int:
+    ch = chr(c)
+    cat = unicodedata.category(ch)
+    return (_KNOWN | ALPHA * ch.isalpha() | DIGIT * ch.isdigit() | ALNUM * ch.isalnum()
+            | PUNCT * is_punct_char(ch) | STERM * (ch in SENTENCE_TERMINALS)
+            | UPPER * ch.isupper() | TITLE * ch.istitle() | MARK * (cat[0] == "M")
+            | SPACE * ch.isspace())
 
 
-def _sentence_step(words: tuple[str, ...], seen_end: bool) -> tuple[int, int]:
-    """(sentences started, state after) of :func:`~.words.count_sentences`'s loop over
-    ``words`` entered with ``seen_end``."""
-    n = 0
-    for w in words:
-        if w in SENTENCE_TERMINALS:
-            seen_end = True
-        elif seen_end and not is_punct_word(w):
-            n += 1
-            seen_end = False
-    return n, int(seen_end)
+#: uint16 flags per code point (``ALPHA``: ``str.isalpha``, ``DIGIT``: ``isdigit``,
+#: ``ALNUM``: ``isalnum``, ``PUNCT``: :func:`~.words.is_punct_char`, ``STERM``: a
+#: sentence terminal, ``UPPER``/``TITLE``: ``isupper``/``istitle``, ``MARK``: category M,
+#: ``SPACE``: ``isspace``); filled for the BMP now, above it on first sight
+FLAGS = np.zeros(0x110000, np.uint16)
+FLAGS[:0x10000] = [_flags_of(c) for c in range(0x10000)]
 
 
-_TABLE = _ChunkTable()
-_TEXTS: dict[int, tuple[str, int, np.ndarray]] = {}
-_CACHED_IDS = [0]
+def _fill_flags(cp: np.ndarray) -> None:
+    """Fill the :data:`FLAGS` entries of the astral code points of ``cp``."""
+    high = cp[cp >= 0x10000]
+    if len(high):
+        todo = np.unique(high)
+        todo = todo[FLAGS[todo] == 0]
+        FLAGS[todo] = [_flags_of(int(c)) for c in todo]
 
 
-def table() -> _ChunkTable:
-    """The process-wide chunk table (valid until the next :func:`chunk_ids` call)."""
-    return _TABLE
+class TextWords:
+    """The words of one text (in :func:`~.words.split_words`'s order) as arrays.
+
+    ``chunk_word``: int64[chunks + 1], chunk ``i`` (of ``text.split()``) holds words
+    ``chunk_word[i]:chunk_word[i + 1]``; ``word_hash``, ``word_len``: int64[words] (hash
+    of the code points, length in code points); ``word_kind``: uint8[words] bits
+    punctuation / holds a letter / one sentence terminal; ``totals``: int64[4] (words,
+    non-punctuation words, their characters, words holding a letter: Gopher's word
+    statistics, indexed by ``N_WORDS`` ...); ``code_points``: uint32[len(text)].
+    """
+
+    __slots__ = ("chunk_word", "word_hash", "word_len", "word_kind", "totals", "code_points")
+
+    def __init__(self, chunk_word, word_hash, word_len, word_kind, totals,
+                 code_points) -> None:
+        self.chunk_word, self.word_hash, self.word_len = chunk_word, word_hash, word_len
+        self.word_kind, self.totals, self.code_points = word_kind, totals, code_points
+
+    def sentences(self, chunk_starts: np.ndarray, chunk_ends: np.ndarray) -> int:
+        """Total of :func:`~.words.count_sentences` over lines: line ``j`` is the words of
+        chunks ``chunk_starts[j]:chunk_ends[j]`` (int64 arrays)."""
+        return int(_count_sentences(self.word_kind, self.chunk_word, chunk_starts,
+                                    chunk_ends))
+
+    def stop_word_count(self, stop_hashes: np.ndarray) -> int:
+        """Distinct words among ``stop_hashes`` (sorted int64 hashes, :func:`hashes_of`)."""
+        return int(_distinct_hits(self.word_hash, stop_hashes))
 
 
-def ids_of(chunks: list[str]) -> np.ndarray:
-    """int32 chunk ids of ``chunks`` in the current table (new chunks are added)."""
-    global _TABLE
-    ids = np.fromiter(map(_TABLE.ids.get, chunks, itertools.repeat(-1)), np.int32,
-                      len(chunks))
-    if len(ids) and ids.min() < 0:
-        missing = {chunks[i] for i in np.flatnonzero(ids < 0).tolist()}
-        if len(_TABLE.words) + len(missing) > MAX_CHUNKS:
-            _TABLE = _ChunkTable(_TABLE.generation + 1)
-            missing = set(chunks)
-        _TABLE.add(missing)
-        ids = np.fromiter(map(_TABLE.ids.__getitem__, chunks), np.int32, len(chunks))
-    return ids
+_TEXTS: dict[int, tuple[str, TextWords]] = {}
+_CACHED_WORDS = [0]
+_CHUNK_LENGTHS: dict[str, tuple[int, ...]] = {}
 
 
-def chunk_ids(text: str) -> np.ndarray:
-    """int32 ids of the whitespace chunks of ``text`` (``text.split()``), in order, in
-    the table :func:`table` returns right after; cached per text object."""
-    hit = _TEXTS.get(id(text))
-    if hit is not None and hit[0] is text and hit[1] == _TABLE.generation:
-        return hit[2]
-    ids = ids_of(text.split())
-    if _CACHED_IDS[0] + len(ids) > MAX_CACHED_IDS:
-        release()
-    _TEXTS[id(text)] = (text, _TABLE.generation, ids)
-    _CACHED_IDS[0] += len(ids)
-    return ids
+def code_points(text: str) -> np.ndarray:
+    """uint32[len(text)] code points of ``text`` (lone surrogates kept as they are)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
 
 
-def release() -> None:
-    """Forget every cached text (their chunk ids); the chunk table stays."""
-    _TEXTS.clear()
-    _CACHED_IDS[0] = 0
-
-
-def totals(ids: np.ndarray) -> np.ndarray:
-    """int64[4] sums over ``ids`` of the per-chunk statistics (word count, non-punctuation
-    words, their characters, words holding a letter: Gopher's word statistics)."""
-    return _sum_rows(_TABLE.stats, ids)
-
-
-def word_hashes(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 hash, int64 length) of every word of the chunks ``ids``, in order."""
-    t = _TABLE
-    return _gather_words(t.word_start, t.word_hash, t.word_len, ids)
-
-
-def sentences(ids: np.ndarray, line_starts: np.ndarray, line_ends: np.ndarray) -> int:
-    """Total of :func:`~.words.count_sentences` over lines: line ``j`` is the chunks
-    ``ids[line_starts[j]:line_ends[j]]``."""
-    return int(_count_sentences(_TABLE.sentences, ids, line_starts, line_ends))
-
-
-_STOP_MASKS: dict[tuple[str, ...], tuple[int, np.ndarray]] = {}
-
-
-def stop_word_count(ids: np.ndarray, stop_words: tuple[str, ...]) -> int:
-    """Distinct words of ``stop_words`` (sorted, at most 62) among the words of the
-    chunks ``ids``: an OR of per-chunk bit masks, kept per stop list and generation."""
-    gen, mask = _STOP_MASKS.get(stop_words, (-1, np.zeros(0, np.int64)))
-    if gen != _TABLE.generation:
-        mask = np.zeros(0, np.int64)
-    if len(mask) < len(_TABLE.words):
-        bit = {w: 1 << i for i, w in enumerate(stop_words)}
-        new = [sum(bit.get(w, 0) for w in set(ws)) for ws in _TABLE.words[len(mask):]]
-        mask = np.concatenate([mask, np.array(new, np.int64)])
-    _STOP_MASKS[stop_words] = (_TABLE.generation, mask)
-    return int(np.bitwise_or.reduce(mask[ids], initial=0)).bit_count()
-
-
-@numba.njit(cache=True)
-def _sum_rows(stats, ids):
-    out = np.zeros(stats.shape[1], np.int64)
-    for i in ids:
-        for c in range(stats.shape[1]):
-            out[c] += stats[i, c]
+def _complex_lengths(text: str, starts: np.ndarray, ends: np.ndarray) -> list[int]:
+    """Word counts then word lengths, chunk after chunk, of the chunks ``text[a:b]`` that
+    the Python splitter splits (cached per distinct chunk)."""
+    cache = _CHUNK_LENGTHS
+    if len(cache) > MAX_CHUNK_CACHE:
+        cache.clear()
+    out: list[int] = []
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        chunk = text[a:b]
+        lens = cache.get(chunk)
+        if lens is None:
+            words = split_chunk(chunk)
+            lens = cache[chunk] = (len(words), *map(len, words))
+        out += lens
     return out
 
 
+def split_text(text: str) -> TextWords:
+    """The words of ``text`` as arrays (:class:`TextWords`), not cached."""
+    cp = code_points(text)
+    if len(cp) and cp.max() >= 0x10000:
+        _fill_flags(cp)
+    starts, ends, n_words = _scan_chunks(cp, FLAGS, _ABBREV_MAX)
+    hard = np.flatnonzero(n_words < 0)
+    lengths = np.array(_complex_lengths(text, starts[hard], ends[hard]) if len(hard) else [],
+                       np.int64)
+    return TextWords(*_words(cp, FLAGS, starts, ends, n_words, lengths), cp)
+
+
+def analyze(text: str) -> TextWords:
+    """:func:`split_text` of ``text``, cached per text object (until :func:`release`)."""
+    hit = _TEXTS.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    tw = split_text(text)
+    if _CACHED_WORDS[0] + len(tw.word_len) > MAX_CACHED_WORDS:
+        release()
+    _TEXTS[id(text)] = (text, tw)
+    _CACHED_WORDS[0] += len(tw.word_len)
+    return tw
+
+
+def hashes_of(words) -> np.ndarray:
+    """Sorted distinct int64 hashes (as :class:`TextWords` hashes words) of ``words``."""
+    return np.unique(np.array([_hash(code_points(w), 0, len(w)) for w in words], np.int64))
+
+
+def release() -> None:
+    """Forget every cached text."""
+    _TEXTS.clear()
+    _CACHED_WORDS[0] = 0
+
+
 @numba.njit(cache=True)
-def _gather_words(start, whash, wlen, ids):
-    n = 0
-    for i in ids:
-        n += start[i + 1] - start[i]
-    h = np.empty(n, np.int64)
-    ln = np.empty(n, np.int64)
+def _hash(cp, a, b):
+    h = np.uint64(0xCBF29CE484222325)
+    for i in range(a, b):
+        h = (h ^ np.uint64(cp[i])) * np.uint64(0x100000001B3)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    return np.int64(h)
+
+
+@numba.njit(cache=True)
+def _all(cp, flags, a, b, bit):
+    for i in range(a, b):
+        if not flags[cp[i]] & bit:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _maybe_cannot(cp, a, b):
+    """Whether ``cp[a:b].lower()`` may be "cannot" (non-ASCII 6-letter runs: maybe)."""
+    if b - a != 6:
+        return False
+    for i in range(6):
+        c = cp[a + i]
+        if c >= 128:
+            return True
+        if c >= 65 and c <= 90:
+            c += 32
+        if c != _CANNOT[i]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _chunk_rule(cp, flags, a, b, abbrev_max):
+    """Words of the chunk ``cp[a:b]`` that :func:`~.words.split_chunk` gives on its two
+    first paths: 1 (letters only or digits only), 2 (letters and one closing mark), or
+    -1 (the Python splitter decides)."""
+    if _all(cp, flags, a, b, ALPHA) or _all(cp, flags, a, b, DIGIT):
+        return -1 if _maybe_cannot(cp, a, b) else 1
+    if b - a < 2 or not _all(cp, flags, a, b - 1, ALPHA) or _maybe_cannot(cp, a, b - 1):
+        return -1
+    last = cp[b - 1]
+    if last == 44 or last == 59 or last == 58 or last == 33 or last == 63 or last == 41 \
+            or last == 34:  # , ; : ! ? ) "
+        return 2
+    if last == 46 and b - a > abbrev_max:  # "." after a lower-case or uncased letter
+        f = flags[cp[b - 2]]
+        if (f & ALPHA and not f & UPPER and not f & TITLE) or f & MARK:
+            return 2
+    return -1
+
+
+@numba.njit(cache=True)
+def _scan_chunks(cp, flags, abbrev_max):
+    """Whitespace chunks of ``cp`` (``str.split()``): int64 starts, ends, and words per
+    chunk (-1: for the Python splitter)."""
+    n = cp.shape[0]
+    starts = np.empty(n // 2 + 1, np.int64)
+    ends = np.empty(n // 2 + 1, np.int64)
+    k = 0
+    i = 0
+    while i < n:
+        while i < n and flags[cp[i]] & SPACE:
+            i += 1
+        if i == n:
+            break
+        a = i
+        while i < n and not flags[cp[i]] & SPACE:
+            i += 1
+        starts[k] = a
+        ends[k] = i
+        k += 1
+    nw = np.empty(k, np.int64)
+    for j in range(k):
+        nw[j] = _chunk_rule(cp, flags, starts[j], ends[j], abbrev_max)
+    return starts[:k], ends[:k], nw
+
+
+@numba.njit(cache=True)
+def _word_kind(cp, flags, a, b):
+    """Kind bits of the word ``cp[a:b]``: punctuation (not alphanumeric at its start, all
+    punctuation), holding a letter, one sentence terminal."""
+    kind = 0
+    punct = not flags[cp[a]] & ALNUM
+    for i in range(a, b):
+        f = flags[cp[i]]
+        if not f & PUNCT:
+            punct = False
+        if f & ALPHA:
+            kind |= _K_ALPHA
+    if punct:
+        kind |= _K_PUNCT
+    if b - a == 1 and flags[cp[a]] & STERM:
+        kind |= _K_STERM
+    return kind
+
+
+@numba.njit(cache=True)
+def _words(cp, flags, starts, ends, n_words, lengths):
+    """Per-word arrays of the chunks (``lengths``: for each chunk with ``n_words`` -1, in
+    order, its word count then its word lengths)."""
+    k = starts.shape[0]
+    total = 0
     p = 0
-    for i in ids:
-        for j in range(start[i], start[i + 1]):
-            h[p] = whash[j]
-            ln[p] = wlen[j]
+    for j in range(k):
+        if n_words[j] < 0:
+            total += lengths[p]
+            p += lengths[p] + 1
+        else:
+            total += n_words[j]
+    chunk_word = np.empty(k + 1, np.int64)
+    whash = np.empty(total, np.int64)
+    wlen = np.empty(total, np.int64)
+    kind = np.empty(total, np.uint8)
+    totals = np.zeros(4, np.int64)
+    w = 0
+    p = 0
+    for j in range(k):
+        chunk_word[j] = w
+        a, b = starts[j], ends[j]
+        m = n_words[j]
+        if m < 0:
+            m = lengths[p]
             p += 1
-    return h, ln
+        for q in range(m):
+            if n_words[j] == 1:
+                e = b
+            elif n_words[j] == 2:
+                e = b - 1 if q == 0 else b
+            else:
+                e = a + lengths[p]
+                p += 1
+            whash[w] = _hash(cp, a, e)
+            wlen[w] = e - a
+            kd = _word_kind(cp, flags, a, e)
+            kind[w] = kd
+            totals[0] += 1
+            if not kd & _K_PUNCT:
+                totals[1] += 1
+                totals[2] += e - a
+            if kd & _K_ALPHA:
+                totals[3] += 1
+            w += 1
+            a = e
+    chunk_word[k] = w
+    return chunk_word, whash, wlen, kind, totals
+
+
+def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
+    """The lines of the text (``str.splitlines()``, each ``strip()``-ed) as int64 arrays:
+    (start, end) code point offsets of the stripped line, its whitespace chunks, its
+    longest chunk's length, and 1 where it ends in one of ``. ? ! " '`` and not in
+    ``...`` (C4's terminal punctuation), else 0."""
+    return _line_table(tw.code_points, FLAGS)
 
 
 @numba.njit(cache=True)
-def _count_sentences(trans, ids, line_starts, line_ends):
+def _is_line_break(c, nxt):
+    """0: not a line boundary of ``str.splitlines``; else the code points it takes."""
+    if c == 13:
+        return 2 if nxt == 10 else 1
+    if c == 10 or c == 11 or c == 12 or c == 28 or c == 29 or c == 30 or c == 0x85 \
+            or c == 0x2028 or c == 0x2029:
+        return 1
+    return 0
+
+
+@numba.njit(cache=True)
+def _line_table(cp, flags):
+    n = cp.shape[0]
+    cap = 1
+    for i in range(n):
+        if _is_line_break(cp[i], 0):
+            cap += 1
+    starts = np.empty(cap, np.int64)
+    ends = np.empty(cap, np.int64)
+    chunks = np.zeros(cap, np.int64)
+    longest = np.zeros(cap, np.int64)
+    term = np.zeros(cap, np.int64)
+    k = 0
+    i = 0
+    while i < n:
+        a = i
+        br = 0
+        while i < n:
+            br = _is_line_break(cp[i], cp[i + 1] if i + 1 < n else 0)
+            if br:
+                break
+            i += 1
+        b = i
+        i += br
+        while a < b and flags[cp[a]] & SPACE:
+            a += 1
+        while b > a and flags[cp[b - 1]] & SPACE:
+            b -= 1
+        starts[k], ends[k] = a, b
+        j = a
+        while j < b:
+            while j < b and flags[cp[j]] & SPACE:
+                j += 1
+            c0 = j
+            while j < b and not flags[cp[j]] & SPACE:
+                j += 1
+            if j > c0:
+                chunks[k] += 1
+                longest[k] = max(longest[k], j - c0)
+        if b > a:
+            last = cp[b - 1]
+            ends_term = last == 46 or last == 63 or last == 33 or last == 34 or last == 39
+            dots = b - a >= 3 and cp[b - 1] == 46 and cp[b - 2] == 46 and cp[b - 3] == 46
+            term[k] = ends_term and not dots
+        k += 1
+    return starts[:k], ends[:k], chunks[:k], longest[:k], term[:k]
+
+
+@numba.njit(cache=True)
+def _count_sentences(kind, chunk_word, line_starts, line_ends):
     total = 0
     for j in range(line_starts.shape[0]):
-        a, b = line_starts[j], line_ends[j]
-        if b == a:  # no words (every chunk has at least one): no sentence
+        a, b = chunk_word[line_starts[j]], chunk_word[line_ends[j]]
+        if b == a:
             continue
-        state = 0
         n = 1
-        for p in range(a, b):
-            i = ids[p]
-            n += trans[i, 2 * state]
-            state = trans[i, 2 * state + 1]
+        seen_end = False
+        for w in range(a, b):
+            if kind[w] & _K_STERM:
+                seen_end = True
+            elif seen_end and not kind[w] & _K_PUNCT:
+                n += 1
+                seen_end = False
         total += n
     return total
+
+
+@numba.njit(cache=True)
+def _distinct_hits(whash, stop_hashes):
+    seen = np.zeros(stop_hashes.shape[0], np.bool_)
+    n = 0
+    for h in whash:
+        i = np.searchsorted(stop_hashes, h)
+        if i < stop_hashes.shape[0] and stop_hashes[i] == h and not seen[i]:
+            seen[i] = True
+            n += 1
+    return n

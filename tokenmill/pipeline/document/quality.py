@@ -66,6 +66,11 @@ C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 # non-Latin equivalents; Unicode Sentence_Terminal). Not closing brackets or quotes.
 TERMINAL_PUNCTUATION: tuple[str, ...] = tuple(sorted(SENTENCE_TERMINALS))
 
+_WHOLE = np.zeros(1, np.int64)
+# C4's line drops by verdict code (0: kept)
+_DROPS = ("", "line_too_long_word", "line_no_terminal_punct", "line_too_few_words",
+          "line_javascript", "line_policy")
+
 
 def split_into_words(text: str) -> list[str]:
     """Words and punctuation marks of ``text``
@@ -238,14 +243,14 @@ class GopherQualityFilter(DocumentFilter):
         self.c = cfg
         self.stop_words = frozenset(stop_words) if stop_words is not None \
             else GOPHER_STOP_WORDS
-        self._stop_list = tuple(sorted(self.stop_words))
+        self._stop_hashes = analysis.hashes_of(self.stop_words)
         self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        ids = analysis.chunk_ids(text)
-        n_words, n, content_chars, n_alpha = analysis.totals(ids).tolist()
+        tw = analysis.analyze(text)
+        n_words, n, content_chars, n_alpha = tw.totals.tolist()
         record = self.measures.record
         record("gopher_quality:word_count", n)
         if c["min_doc_words"] is not None and n < c["min_doc_words"]:
@@ -282,19 +287,11 @@ class GopherQualityFilter(DocumentFilter):
             if n_alpha / n_words < c["min_alpha_words_ratio"]:
                 return "gopher_quality:alpha_ratio"
         if c["min_stop_words"] is not None:
-            n_stop = self._stop_words_in(ids)
+            n_stop = tw.stop_word_count(self._stop_hashes)
             record("gopher_quality:stop_words", n_stop)
             if n_stop < c["min_stop_words"]:
                 return "gopher_quality:stop_words"
         return None
-
-    def _stop_words_in(self, ids: np.ndarray) -> int:
-        """Distinct stop words among the words of the chunks ``ids``."""
-        if len(self._stop_list) > 62:
-            t = analysis.table()
-            vocab = set().union(*map(t.words.__getitem__, set(ids.tolist())))
-            return len(self.stop_words.intersection(vocab))
-        return analysis.stop_word_count(ids, self._stop_list)
 
 
 class GopherRepetitionFilter(DocumentFilter):
@@ -351,8 +348,8 @@ class GopherRepetitionFilter(DocumentFilter):
                 record(f"gopher_repetition:dup_{part}_char_frac", dup_chars / n_chars)
                 if dup_chars / n_chars > c[f"dup_{part}_char_frac"]:
                     return f"gopher_repetition:dup_{part}_char_frac"
-        wh, wl = analysis.word_hashes(analysis.chunk_ids(text))
-        top, dup = _ngram_stats(wh, wl, self._top_n, self._dup_n)
+        tw = analysis.analyze(text)
+        top, dup = _ngram_stats(tw.word_hash, tw.word_len, self._top_n, self._dup_n)
         if len(top):
             record("gopher_repetition:top_n_gram", top[0] / n_chars)
         if len(dup):  # reached only by the documents every top n-gram rule kept
@@ -407,30 +404,32 @@ class C4QualityFilter(DocumentFilter):
         self.bad_words = frozenset(w.lower() for w in bad_words) if bad_words else None
         self.line_stats: Counter = Counter()
         self.measures = Measures()
+        # split lines: their numbers from the word analysis' line table in numba
+        self._fast = split_paragraph and not self.bad_words
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
-        if c["split_paragraph"]:
-            lines = doc.text.splitlines()
-        else:
+        if not c["split_paragraph"]:
             lines = [s for s in re.split(r"(?<=[.!?])\s+", doc.text) if s]
+        elif self._fast and not (c["remove_citations"] and "[" in doc.text):
+            lines = []  # the line table in numba has them
+        else:
+            lines = doc.text.splitlines()
         kept: list[str] = []
         spans: list[int] = []  # kept lines as [first, end) chunk of the document's chunks
-        cited: list[str] = []  # chunks of kept lines that lost a citation mark
-        why = self._lines(lines, kept, spans, cited)
+        cited: list[str] = []  # kept lines that lost a citation mark
+        if self._fast and not (c["remove_citations"] and "[" in doc.text):
+            why = self._kernel_lines(doc.text, kept, spans)
+        else:
+            why = self._lines(lines, kept, spans, cited)
         if why is not None:
             return why
         if c["split_paragraph"]:
-            ids = analysis.chunk_ids(doc.text)
-            if cited:
-                generation = analysis.table().generation
-                more = analysis.ids_of(cited)
-                if analysis.table().generation == generation:
-                    ids = np.concatenate([ids, more])
-                else:  # the table was renewed in between: both in the new one
-                    ids = analysis.ids_of(doc.text.split() + cited)
             at = np.array(spans, np.int64)
-            n_sent = analysis.sentences(ids, at[0::2], at[1::2])
+            n_sent = analysis.analyze(doc.text).sentences(at[0::2], at[1::2])
+            for line in cited:
+                tw = analysis.split_text(line)
+                n_sent += tw.sentences(_WHOLE[:1], np.array([len(tw.chunk_word) - 1]))
         else:
             n_sent = len(kept)
         self.measures.record("c4:too_few_sentences", n_sent)
@@ -440,16 +439,57 @@ class C4QualityFilter(DocumentFilter):
             doc.text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
         return None
 
+    def _kernel_lines(self, text: str, kept: list[str], spans: list[int]) -> str | None:
+        """:meth:`_lines` of ``text.splitlines()`` for a text without citation marks to
+        strip: the per-line checks on numbers from :func:`analysis.line_table` (numba),
+        only the lines they keep looked at in Python (lower-cased for the word checks)."""
+        c = self.c
+        starts, ends, chunks, longest, term = analysis.line_table(analysis.analyze(text))
+        verdict = np.zeros(len(starts), np.int64)  # 0: kept so far, else the _DROPS index
+        verdict[chunks < c["min_words_per_line"]] = 3
+        if c["filter_no_terminal_punct"]:
+            verdict[term == 0] = 2
+        if c["max_word_length"] != -1:
+            verdict[longest > c["max_word_length"]] = 1
+        pos = np.cumsum(chunks)
+        for i in np.flatnonzero(verdict == 0).tolist():
+            line = text[starts[i]:ends[i]]
+            low = line.lower()
+            if c["filter_lorem_ipsum"] and "lorem ipsum" in low:
+                self._count_drops(verdict[:i])
+                self.line_stats["line_total"] += i + 1
+                return "c4:lorem_ipsum"
+            if c["filter_javascript"] and "javascript" in low:
+                verdict[i] = 4
+                continue
+            if c["filter_curly_bracket"] and "{" in line:
+                self._count_drops(verdict[:i])
+                self.line_stats["line_total"] += i + 1
+                return "c4:curly_bracket"
+            if c["filter_policy"] and any(p in low for p in C4_POLICY_SUBSTRINGS):
+                verdict[i] = 5
+                continue
+            spans += [int(pos[i] - chunks[i]), int(pos[i])]
+            kept.append(line)
+        self._count_drops(verdict)
+        self.line_stats["line_total"] += len(starts)
+        return None
+
+    def _count_drops(self, verdict: np.ndarray) -> None:
+        counts = np.bincount(verdict, minlength=len(_DROPS))
+        for name, n in zip(_DROPS, counts.tolist(), strict=True):
+            if name and n:
+                self.line_stats[name] += n
+
     def _lines(self, lines: list[str], kept: list[str], spans: list[int],
-               cited_chunks: list[str]) -> str | None:
-        """Drop lines (counted in ``line_stats``), fill ``kept`` and ``spans`` (per kept
-        line its first and end chunk among the document's ``text.split()`` chunks, or
-        past them among ``cited_chunks`` for a line that lost a citation mark); a reason
+               cited: list[str]) -> str | None:
+        """Drop lines (counted in ``line_stats``), fill ``kept``, ``spans`` (per kept
+        line its first and end chunk among the document's ``text.split()`` chunks) and
+        ``cited`` (the kept lines that lost a citation mark, instead of a span); a reason
         if the document goes."""
         c = self.c
         stats = self.line_stats
         pos = 0  # chunks of the lines before this one (they are the text's chunks)
-        n_cited = len(cited_chunks)
         for n_seen, line in enumerate(lines, 1):
             line = line.strip()
             words = line.split()
@@ -458,8 +498,8 @@ class C4QualityFilter(DocumentFilter):
                     c["max_word_length"]:
                 stats["line_too_long_word"] += 1
                 continue
-            cited = c["remove_citations"] and "[" in line
-            if cited:
+            has_mark = c["remove_citations"] and "[" in line
+            if has_mark:
                 line = C4_CITATION.sub("", line)
             if c["filter_no_terminal_punct"] and (not line.endswith(C4_END_PUNCTUATION)
                                                   or line.endswith(C4_ELLIPSIS)):
@@ -485,16 +525,12 @@ class C4QualityFilter(DocumentFilter):
                                       for w in split_into_words(line)):
                 stats["line_total"] += n_seen
                 return "c4:bad_words"
-            if cited:
-                spans += [-len(cited_chunks) - 1]
-                cited_chunks += line.split()
-                spans += [-len(cited_chunks) - 1]
+            if has_mark:
+                cited.append(line)
             else:
                 spans += [pos - len(words), pos]
             kept.append(line)
         stats["line_total"] += len(lines)
-        if len(cited_chunks) > n_cited:  # cited spans: past the document's chunks
-            spans[:] = [pos - 1 - s if s < 0 else s for s in spans]
         return None
 
 
@@ -549,7 +585,7 @@ class FineWebQualityFilter(DocumentFilter):
         record("fineweb:char_dup_ratio", ratio)
         if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
-        n_words = int(analysis.totals(analysis.chunk_ids(text))[analysis.N_WORDS])
+        n_words = int(analysis.analyze(text).totals[analysis.N_WORDS])
         if n_words:
             record("fineweb:list_ratio", text.count("\n") / n_words)
         if n_words and text.count("\n") / n_words > c["new_line_ratio"]:

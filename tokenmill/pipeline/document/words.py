@@ -136,6 +136,8 @@ N.M. N.Y. S.C. Ph.D. e.g. E.g. E.G. i.e. I.e. I.E. vs. v.s. a.m. p.m.
 a. b. c. d. e. f. g. h. i. j. k. l. m. n. o. p. q. r. s. t. u. v. w. x. y. z. ä. ö. ü.
 's 'S ’s ’S n't n’t
 """.split())
+#: the chunks kept whole with their periods (abbreviations) and the lone clitics
+ABBREVIATIONS: frozenset[str] = _ABBREVIATIONS
 
 _CACHE: dict[str, tuple[str, ...]] = {}
 _STATS: dict[str, tuple[int, int, int, int]] = {}
