@@ -33,7 +33,9 @@ import numpy as np
 
 from tokenmill.pipeline.document.words import (
     ABBREVIATIONS,
+    PREFIX_MARKS,
     SENTENCE_TERMINALS,
+    SUFFIX_MARKS,
     is_punct_char,
     split_chunk,
 )
@@ -45,7 +47,8 @@ MAX_CHUNK_CACHE = 500_000
 N_WORDS, N_CONTENT, CONTENT_CHARS, N_ALPHA = 0, 1, 2, 3
 
 # per code point flags
-ALPHA, DIGIT, ALNUM, PUNCT, STERM, UPPER, TITLE, MARK, SPACE = (1 << i for i in range(9))
+(ALPHA, DIGIT, ALNUM, PUNCT, STERM, UPPER, TITLE, MARK, SPACE, PREFIX, SUFFIX,
+ LOWER_ASCII) = (1 << i for i in range(12))
 _KNOWN = 1 << 15  # the entry has been filled in
 
 _CANNOT = np.array([ord(c) for c in "cannot"], np.uint32)
@@ -53,9 +56,6 @@ _CANNOT = np.array([ord(c) for c in "cannot"], np.uint32)
 # per word kinds
 _K_PUNCT, _K_ALPHA, _K_STERM = 1, 2, 4
 
-# the longest abbreviation that is letters and a final period ("Messrs."): shorter
-# "letters." chunks go to the Python splitter, which knows them
-_ABBREV_MAX = max(len(a) for a in ABBREVIATIONS if a[:-1].isalpha() and a[-1] == ".")
 
 
 def _flags_of(c: int) -> int:
@@ -64,13 +64,17 @@ def _flags_of(c: int) -> int:
     return (_KNOWN | ALPHA * ch.isalpha() | DIGIT * ch.isdigit() | ALNUM * ch.isalnum()
             | PUNCT * is_punct_char(ch) | STERM * (ch in SENTENCE_TERMINALS)
             | UPPER * ch.isupper() | TITLE * ch.istitle() | MARK * (cat[0] == "M")
-            | SPACE * ch.isspace())
+            | SPACE * ch.isspace() | PREFIX * (ch in PREFIX_MARKS)
+            | SUFFIX * (ch in SUFFIX_MARKS)
+            | LOWER_ASCII * (c >= 128 and any(map(str.isascii, ch.lower()))))
 
 
 #: uint16 flags per code point (``ALPHA``: ``str.isalpha``, ``DIGIT``: ``isdigit``,
 #: ``ALNUM``: ``isalnum``, ``PUNCT``: :func:`~.words.is_punct_char`, ``STERM``: a
 #: sentence terminal, ``UPPER``/``TITLE``: ``isupper``/``istitle``, ``MARK``: category M,
-#: ``SPACE``: ``isspace``); filled for the BMP now, above it on first sight
+#: ``SPACE``: ``isspace``, ``PREFIX``/``SUFFIX``: one of :data:`~.words.PREFIX_MARKS` /
+#: :data:`~.words.SUFFIX_MARKS`, ``LOWER_ASCII``: not ASCII, lower-cased holds ASCII);
+#: filled for the BMP now, above it on first sight
 FLAGS = np.zeros(0x110000, np.uint16)
 FLAGS[:0x10000] = [_flags_of(c) for c in range(0x10000)]
 
@@ -145,11 +149,11 @@ def split_text(text: str) -> TextWords:
     cp = code_points(text)
     if len(cp) and cp.max() >= 0x10000:
         _fill_flags(cp)
-    starts, ends, n_words = _scan_chunks(cp, FLAGS, _ABBREV_MAX)
+    starts, ends, n_words, word_ends = _scan_chunks(cp, FLAGS, _ABBREV_HASHES)
     hard = np.flatnonzero(n_words < 0)
     lengths = np.array(_complex_lengths(text, starts[hard], ends[hard]) if len(hard) else [],
                        np.int64)
-    return TextWords(*_words(cp, FLAGS, starts, ends, n_words, lengths), cp)
+    return TextWords(*_words(cp, FLAGS, starts, n_words, word_ends, lengths), cp)
 
 
 def analyze(text: str) -> TextWords:
@@ -176,7 +180,7 @@ def release() -> None:
     _CACHED_WORDS[0] = 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _hash(cp, a, b):
     h = np.uint64(0xCBF29CE484222325)
     for i in range(a, b):
@@ -187,7 +191,7 @@ def _hash(cp, a, b):
     return np.int64(h)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _all(cp, flags, a, b, bit):
     for i in range(a, b):
         if not flags[cp[i]] & bit:
@@ -195,15 +199,16 @@ def _all(cp, flags, a, b, bit):
     return True
 
 
-@numba.njit(cache=True)
-def _maybe_cannot(cp, a, b):
-    """Whether ``cp[a:b].lower()`` may be "cannot" (non-ASCII 6-letter runs: maybe)."""
+@numba.njit(cache=True, inline="always")
+def _maybe_cannot(cp, flags, a, b):
+    """Whether ``cp[a:b].lower()`` may be "cannot" (a non-ASCII letter that lower-cases
+    to ASCII: maybe)."""
     if b - a != 6:
         return False
     for i in range(6):
         c = cp[a + i]
         if c >= 128:
-            return True
+            return (flags[c] & LOWER_ASCII) != 0
         if c >= 65 and c <= 90:
             c += 32
         if c != _CANNOT[i]:
@@ -211,30 +216,84 @@ def _maybe_cannot(cp, a, b):
     return True
 
 
+@numba.njit(cache=True, inline="always")
+def _lower_like(f):
+    return (f & ALPHA and not f & UPPER and not f & TITLE) or f & MARK
+
+
 @numba.njit(cache=True)
-def _chunk_rule(cp, flags, a, b, abbrev_max):
-    """Words of the chunk ``cp[a:b]`` that :func:`~.words.split_chunk` gives on its two
-    first paths: 1 (letters only or digits only), 2 (letters and one closing mark), or
-    -1 (the Python splitter decides)."""
+def _is_abbreviation(cp, a, b, abbrev_hashes):
+    i = np.searchsorted(abbrev_hashes, _hash(cp, a, b))
+    return i < abbrev_hashes.shape[0] and abbrev_hashes[i] == _hash(cp, a, b)
+
+
+@numba.njit(cache=True)
+def _split_kernel(cp, flags, a, b, abbrev_hashes, ends):
+    """The words of the chunk ``cp[a:b]`` as :func:`~.words.split_chunk` splits it, for
+    the chunks of a few shapes: letters only or digits only (one word), letters and a
+    final period after a lower-case letter (not an abbreviation; two words), and
+    ``P* core S* [.]``: one-character prefixes ``P`` and suffixes ``S`` (no apostrophe,
+    so no clitic or abbreviation is in play), a core of ASCII digits or of letter runs
+    joined by single hyphens (each a word), a final period after a suffix or the digits.
+    Writes the words' end offsets to ``ends``; returns their number, or -1 for any other
+    chunk (the Python splitter decides)."""
     if _all(cp, flags, a, b, ALPHA) or _all(cp, flags, a, b, DIGIT):
-        return -1 if _maybe_cannot(cp, a, b) else 1
-    if b - a < 2 or not _all(cp, flags, a, b - 1, ALPHA) or _maybe_cannot(cp, a, b - 1):
-        return -1
-    last = cp[b - 1]
-    if last == 44 or last == 59 or last == 58 or last == 33 or last == 63 or last == 41 \
-            or last == 34:  # , ; : ! ? ) "
+        if _maybe_cannot(cp, flags, a, b):
+            return -1
+        ends[0] = b
+        return 1
+    if cp[b - 1] == 46 and b - a >= 2 and _all(cp, flags, a, b - 1, ALPHA):
+        if (_maybe_cannot(cp, flags, a, b - 1) or not _lower_like(flags[cp[b - 2]])
+                or _is_abbreviation(cp, a, b, abbrev_hashes)):
+            return -1
+        ends[0], ends[1] = b - 1, b
         return 2
-    if last == 46 and b - a > abbrev_max:  # "." after a lower-case or uncased letter
-        f = flags[cp[b - 2]]
-        if (f & ALPHA and not f & UPPER and not f & TITLE) or f & MARK:
-            return 2
-    return -1
+    i, m = a, 0
+    while i < b and flags[cp[i]] & PREFIX:
+        i += 1
+        ends[m] = i
+        m += 1
+    core = i
+    digits = i < b and cp[i] >= 48 and cp[i] <= 57
+    if digits:
+        while i < b and cp[i] >= 48 and cp[i] <= 57:
+            i += 1
+        ends[m] = i
+        m += 1
+    else:
+        while True:
+            run = i
+            while i < b and flags[cp[i]] & ALPHA:
+                i += 1
+            if i == run:
+                return -1
+            ends[m] = i
+            m += 1
+            if i + 1 < b and cp[i] == 45 and flags[cp[i + 1]] & ALPHA:  # "-" infix
+                i += 1
+                ends[m] = i
+                m += 1
+            else:
+                break
+        if i - core == 6 and _maybe_cannot(cp, flags, core, i):
+            return -1
+    core_end = i
+    while i < b and flags[cp[i]] & SUFFIX:
+        i += 1
+        ends[m] = i
+        m += 1
+    if i == b - 1 and cp[i] == 46 and (i > core_end or digits):
+        i += 1
+        ends[m] = i
+        m += 1
+    return m if i == b else -1
 
 
 @numba.njit(cache=True)
-def _scan_chunks(cp, flags, abbrev_max):
-    """Whitespace chunks of ``cp`` (``str.split()``): int64 starts, ends, and words per
-    chunk (-1: for the Python splitter)."""
+def _scan_chunks(cp, flags, abbrev_hashes):
+    """Whitespace chunks of ``cp`` (``str.split()``): int64 starts, ends, words per
+    chunk (-1: for the Python splitter), and the end offsets of the words of the others,
+    chunk after chunk."""
     n = cp.shape[0]
     starts = np.empty(n // 2 + 1, np.int64)
     ends = np.empty(n // 2 + 1, np.int64)
@@ -252,12 +311,17 @@ def _scan_chunks(cp, flags, abbrev_max):
         ends[k] = i
         k += 1
     nw = np.empty(k, np.int64)
+    word_ends = np.empty(n + 1, np.int64)
+    w = 0
     for j in range(k):
-        nw[j] = _chunk_rule(cp, flags, starts[j], ends[j], abbrev_max)
-    return starts[:k], ends[:k], nw
+        m = _split_kernel(cp, flags, starts[j], ends[j], abbrev_hashes, word_ends[w:])
+        nw[j] = m
+        if m > 0:
+            w += m
+    return starts[:k], ends[:k], nw, word_ends[:w]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _word_kind(cp, flags, a, b):
     """Kind bits of the word ``cp[a:b]``: punctuation (not alphanumeric at its start, all
     punctuation), holding a letter, one sentence terminal."""
@@ -277,9 +341,10 @@ def _word_kind(cp, flags, a, b):
 
 
 @numba.njit(cache=True)
-def _words(cp, flags, starts, ends, n_words, lengths):
-    """Per-word arrays of the chunks (``lengths``: for each chunk with ``n_words`` -1, in
-    order, its word count then its word lengths)."""
+def _words(cp, flags, starts, n_words, word_ends, lengths):
+    """Per-word arrays of the chunks (``word_ends``: the kernel's word ends;
+    ``lengths``: for each chunk with ``n_words`` -1, in order, its word count then its
+    word lengths)."""
     k = starts.shape[0]
     total = 0
     p = 0
@@ -296,21 +361,21 @@ def _words(cp, flags, starts, ends, n_words, lengths):
     totals = np.zeros(4, np.int64)
     w = 0
     p = 0
+    r = 0
     for j in range(k):
         chunk_word[j] = w
-        a, b = starts[j], ends[j]
+        a = starts[j]
         m = n_words[j]
         if m < 0:
             m = lengths[p]
             p += 1
-        for q in range(m):
-            if n_words[j] == 1:
-                e = b
-            elif n_words[j] == 2:
-                e = b - 1 if q == 0 else b
-            else:
+        for _ in range(m):
+            if n_words[j] < 0:
                 e = a + lengths[p]
                 p += 1
+            else:
+                e = word_ends[r]
+                r += 1
             whash[w] = _hash(cp, a, e)
             wlen[w] = e - a
             kd = _word_kind(cp, flags, a, e)
@@ -423,3 +488,7 @@ def _distinct_hits(whash, stop_hashes):
             seen[i] = True
             n += 1
     return n
+
+
+# sorted hashes of the abbreviations, for the kernel to leave them to the Python splitter
+_ABBREV_HASHES = hashes_of(ABBREVIATIONS)

@@ -138,6 +138,10 @@ a. b. c. d. e. f. g. h. i. j. k. l. m. n. o. p. q. r. s. t. u. v. w. x. y. z. ä
 """.split())
 #: the chunks kept whole with their periods (abbreviations) and the lone clitics
 ABBREVIATIONS: frozenset[str] = _ABBREVIATIONS
+#: the one-character prefixes (``PREFIX_MARKS``) and suffixes (``SUFFIX_MARKS``) split off
+#: a chunk by the affix rules; apostrophes left out (they start clitics like ``'s``)
+PREFIX_MARKS: frozenset[str] = frozenset(_PUNCT + _QUOTES + _CURRENCY) - {"'", "’"}
+SUFFIX_MARKS: frozenset[str] = frozenset(_PUNCT + _QUOTES) - {"'", "’"}
 
 _CACHE: dict[str, tuple[str, ...]] = {}
 _STATS: dict[str, tuple[int, int, int, int]] = {}
