@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from tokenmill.pipeline.document import words
+from tokenmill.pipeline.document import analysis
 from tokenmill.pipeline.document.quality import (
     C4QualityFilter,
     FineWebQualityFilter,
@@ -59,9 +59,7 @@ def _ours() -> dict:
                "fineweb": FineWebQualityFilter()}
     for f in filters.values():  # warm-up (numba), then empty caches
         f.reason(Document(key="w", source="w", text="A warm up text. " * 60))
-    words._CACHE.clear()
-    words._STATS.clear()
-    words._LAST.clear()
+    analysis.reset()
     return {n: (lambda t, f=f: f.reason(Document(key="k", source="s", text=t)) is None)
             for n, f in filters.items()}
 

@@ -180,6 +180,13 @@ def release() -> None:
     _CACHED_WORDS[0] = 0
 
 
+def reset() -> None:
+    """Forget every cached text and every chunk the Python splitter split (a cold start,
+    for benchmarks)."""
+    release()
+    _CHUNK_LENGTHS.clear()
+
+
 @numba.njit(cache=True, inline="always")
 def _hash(cp, a, b):
     h = np.uint64(0xCBF29CE484222325)
@@ -395,9 +402,15 @@ def _words(cp, flags, starts, n_words, word_ends, lengths):
 def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
     """The lines of the text (``str.splitlines()``, each ``strip()``-ed) as int64 arrays:
     (start, end) code point offsets of the stripped line, its whitespace chunks, its
-    longest chunk's length, and 1 where it ends in one of ``. ? ! " '`` and not in
-    ``...`` (C4's terminal punctuation), else 0."""
+    longest chunk's length, and bits: 1 where it ends in one of ``. ? ! " '`` and not in
+    ``...`` (C4's terminal punctuation), 2 where it holds ``[``, 4 where it starts with
+    ``•`` or ``-``, 8 where it ends in ``...`` or ``…`` (Gopher's bullets and ellipses).
+    """
     return _line_table(tw.code_points, FLAGS)
+
+
+#: bits of :func:`line_table`'s last array
+LINE_TERMINAL, LINE_BRACKET, LINE_BULLET, LINE_ELLIPSIS = 1, 2, 4, 8
 
 
 @numba.njit(cache=True)
@@ -454,7 +467,12 @@ def _line_table(cp, flags):
             last = cp[b - 1]
             ends_term = last == 46 or last == 63 or last == 33 or last == 34 or last == 39
             dots = b - a >= 3 and cp[b - 1] == 46 and cp[b - 2] == 46 and cp[b - 3] == 46
-            term[k] = ends_term and not dots
+            term[k] = (ends_term and not dots) | 4 * (cp[a] == 0x2022 or cp[a] == 45) \
+                | 8 * (dots or last == 0x2026)
+            for j in range(a, b):
+                if cp[j] == 91:
+                    term[k] |= 2
+                    break
         k += 1
     return starts[:k], ends[:k], chunks[:k], longest[:k], term[:k]
 

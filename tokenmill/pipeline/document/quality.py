@@ -60,6 +60,7 @@ C4_END_PUNCTUATION = (".", "?", "!", '"', "'")
 C4_ELLIPSIS = "..."
 C4_POLICY_SUBSTRINGS = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
                         "use of cookies", "use cookies")
+_C4_POLICY = re.compile("|".join(map(re.escape, C4_POLICY_SUBSTRINGS)))
 C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 
 # FineWeb's line-end "stop chars": the sentence terminals of every script (". ! ?" and their
@@ -269,18 +270,17 @@ class GopherQualityFilter(DocumentFilter):
             record("gopher_quality:symbol_ratio", max(hashes, ellipses))
             if max(hashes, ellipses) > c["max_symbol_word_ratio"]:
                 return "gopher_quality:symbol_ratio"
-        lines = text.splitlines()
-        if lines:
+        bits = analysis.line_table(tw)[4]
+        if n_lines := len(bits):  # text.splitlines(), stripped
             if c["max_bullet_lines_ratio"] is not None:
-                bullets = sum(map(str.startswith, map(str.lstrip, lines),
-                                  repeat(("•", "-"))))
-                record("gopher_quality:bullet_lines", bullets / len(lines))
-                if bullets / len(lines) > c["max_bullet_lines_ratio"]:
+                bullets = np.count_nonzero(bits & analysis.LINE_BULLET)
+                record("gopher_quality:bullet_lines", bullets / n_lines)
+                if bullets / n_lines > c["max_bullet_lines_ratio"]:
                     return "gopher_quality:bullet_lines"
             if c["max_ellipsis_lines_ratio"] is not None:
-                ell = sum(map(str.endswith, map(str.rstrip, lines), repeat(("...", "…"))))
-                record("gopher_quality:ellipsis_lines", ell / len(lines))
-                if ell / len(lines) > c["max_ellipsis_lines_ratio"]:
+                ell = np.count_nonzero(bits & analysis.LINE_ELLIPSIS)
+                record("gopher_quality:ellipsis_lines", ell / n_lines)
+                if ell / n_lines > c["max_ellipsis_lines_ratio"]:
                     return "gopher_quality:ellipsis_lines"
         if c["min_alpha_words_ratio"] is not None and n_words:
             record("gopher_quality:alpha_ratio", n_alpha / n_words)
@@ -411,15 +411,15 @@ class C4QualityFilter(DocumentFilter):
         c = self.c
         if not c["split_paragraph"]:
             lines = [s for s in re.split(r"(?<=[.!?])\s+", doc.text) if s]
-        elif self._fast and not (c["remove_citations"] and "[" in doc.text):
+        elif self._fast:
             lines = []  # the line table in numba has them
         else:
             lines = doc.text.splitlines()
         kept: list[str] = []
         spans: list[int] = []  # kept lines as [first, end) chunk of the document's chunks
         cited: list[str] = []  # kept lines that lost a citation mark
-        if self._fast and not (c["remove_citations"] and "[" in doc.text):
-            why = self._kernel_lines(doc.text, kept, spans)
+        if self._fast:
+            why = self._kernel_lines(doc.text, kept, spans, cited)
         else:
             why = self._lines(lines, kept, spans, cited)
         if why is not None:
@@ -439,21 +439,34 @@ class C4QualityFilter(DocumentFilter):
             doc.text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
         return None
 
-    def _kernel_lines(self, text: str, kept: list[str], spans: list[int]) -> str | None:
-        """:meth:`_lines` of ``text.splitlines()`` for a text without citation marks to
-        strip: the per-line checks on numbers from :func:`analysis.line_table` (numba),
-        only the lines they keep looked at in Python (lower-cased for the word checks)."""
+    def _kernel_lines(self, text: str, kept: list[str], spans: list[int],
+                      cited: list[str]) -> str | None:
+        """:meth:`_lines` of ``text.splitlines()``: the per-line checks on numbers from
+        :func:`analysis.line_table` (numba), only the lines they keep (and those holding
+        ``[``, whose checks follow the removal of citation marks) looked at in Python."""
         c = self.c
         starts, ends, chunks, longest, term = analysis.line_table(analysis.analyze(text))
         verdict = np.zeros(len(starts), np.int64)  # 0: kept so far, else the _DROPS index
         verdict[chunks < c["min_words_per_line"]] = 3
         if c["filter_no_terminal_punct"]:
-            verdict[term == 0] = 2
+            verdict[(term & analysis.LINE_TERMINAL) == 0] = 2
+        marked = (term & analysis.LINE_BRACKET) != 0 if c["remove_citations"] else \
+            np.zeros(len(term), np.bool_)
+        verdict[marked] = 0
         if c["max_word_length"] != -1:
             verdict[longest > c["max_word_length"]] = 1
         pos = np.cumsum(chunks)
         for i in np.flatnonzero(verdict == 0).tolist():
             line = text[starts[i]:ends[i]]
+            if marked[i]:
+                line = C4_CITATION.sub("", line)
+                if c["filter_no_terminal_punct"] and (
+                        not line.endswith(C4_END_PUNCTUATION) or line.endswith(C4_ELLIPSIS)):
+                    verdict[i] = 2
+                    continue
+                if chunks[i] < c["min_words_per_line"]:
+                    verdict[i] = 3
+                    continue
             low = line.lower()
             if c["filter_lorem_ipsum"] and "lorem ipsum" in low:
                 self._count_drops(verdict[:i])
@@ -466,10 +479,13 @@ class C4QualityFilter(DocumentFilter):
                 self._count_drops(verdict[:i])
                 self.line_stats["line_total"] += i + 1
                 return "c4:curly_bracket"
-            if c["filter_policy"] and any(p in low for p in C4_POLICY_SUBSTRINGS):
+            if c["filter_policy"] and _C4_POLICY.search(low):
                 verdict[i] = 5
                 continue
-            spans += [int(pos[i] - chunks[i]), int(pos[i])]
+            if marked[i]:
+                cited.append(line)
+            else:
+                spans += [int(pos[i] - chunks[i]), int(pos[i])]
             kept.append(line)
         self._count_drops(verdict)
         self.line_stats["line_total"] += len(starts)
