@@ -240,7 +240,8 @@ def _split_kernel(cp, flags, a, b, abbrev_hashes, ends):
     the chunks of a few shapes: letters only or digits only (one word), letters and a
     final period after a lower-case letter (not an abbreviation; two words), and
     ``P* core S* [.]``: one-character prefixes ``P`` and suffixes ``S`` (no apostrophe,
-    so no clitic or abbreviation is in play), a core of ASCII digits or of letter runs
+    so no clitic or abbreviation is in play), a core of ASCII digit runs joined by single
+    ``. , : /`` (one word: no infix rule splits between digits there) or of letter runs
     joined by single hyphens (each a word), a final period after a suffix or the digits.
     Writes the words' end offsets to ``ends``; returns their number, or -1 for any other
     chunk (the Python splitter decides)."""
@@ -262,9 +263,12 @@ def _split_kernel(cp, flags, a, b, abbrev_hashes, ends):
         m += 1
     core = i
     digits = i < b and cp[i] >= 48 and cp[i] <= 57
-    if digits:
+    if digits:  # digit runs joined by single ". , : /" ("58.19", "10:30"): one word
         while i < b and cp[i] >= 48 and cp[i] <= 57:
             i += 1
+            if i + 1 < b and (cp[i] == 46 or cp[i] == 44 or cp[i] == 58 or cp[i] == 47) \
+                    and cp[i + 1] >= 48 and cp[i + 1] <= 57:
+                i += 1
         ends[m] = i
         m += 1
     else:
