@@ -12,18 +12,21 @@ import hashlib
 import numpy as np
 
 from tokenmill.pipeline.stage import Configured
-from tokenmill.tokenizers import get_encoding
+from tokenmill.tokenizers import get_encoding, load_checked
 
 
-def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
+def tokenize_batch(texts: list[str], encoding: str | dict, num_threads: int = 1
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Tokenize documents, each prefixed by EOT.
+    """Tokenize documents, each prefixed by EOT, with a built-in encoding (its name) or a
+    tokenizer loaded from a recorded identity (a dict, as the datamix's
+    ``tokenizer_for_stage`` gives).
 
     Returns:
         tokens: uint32[sum(lengths)], documents concatenated in input order.
         lengths: int64[len(texts)], tokens per document, EOT included.
     """
-    enc = get_encoding(encoding)
+    enc = (get_encoding(encoding) if isinstance(encoding, str)
+           else load_checked(encoding, "the datamix's tokenizer"))
     if not texts:
         return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64)
     encoded = enc.encode_ordinary_batch(texts, num_threads=num_threads)
@@ -59,7 +62,7 @@ class Tokenize(Configured):
     name = "tokenize"
     version = 2
 
-    def __init__(self, tokenizer: str = "gpt2", val_fraction: float = 0.01) -> None:
+    def __init__(self, tokenizer: str | dict = "gpt2", val_fraction: float = 0.01) -> None:
         super().__init__(tokenizer=tokenizer, val_fraction=val_fraction)
         self.tokenizer = tokenizer
         self.val_fraction = val_fraction
