@@ -80,12 +80,27 @@ def _pattern(pre: dict | None) -> str:
                                  f"{split.get('invert')}): tiktoken keeps each match as a piece")
         pat = split.get("pattern", {})
         if "Regex" in pat:
-            return pat["Regex"]
+            return _same_in_both_dialects(pat["Regex"])
         import regex
 
         return regex.escape(pat["String"])
     raise NotConvertible(f"pre-tokenizer {' + '.join(map(str, kinds))}: tiktoken splits with "
                          "one regex (ByteLevel, or Split then ByteLevel)")
+
+
+def _same_in_both_dialects(pattern: str) -> str:
+    """``pattern`` when it means the same to the ``tokenizers`` library (Oniguruma, Ruby
+    syntax) as to tiktoken (fancy-regex). One construct does not: ``X{n,m}+`` repeats the
+    interval in Ruby syntax (``(?:X{n,m})+``) but is possessive in fancy-regex."""
+    import re
+
+    m = re.search(r"(?<!\\)\{\d+(,\d*)?\}\+", pattern)
+    if m:
+        raise NotConvertible(
+            f"Split regex {m.group(0)!r}: the tokenizers library (Oniguruma) repeats the "
+            "interval, tiktoken makes it possessive; write it without the + (as Llama 3's "
+            "\\p{N}{1,3})")
+    return pattern
 
 
 def _byte_level(step: dict, regex: bool) -> None:
