@@ -547,10 +547,15 @@ class DatamixConfig(_Model):
 
     def tokenizer_for_stage(self) -> str | dict:
         """What the tokenize stage loads the tokenizer from in a worker: a built-in name,
-        or the identity (with its source) as a dict, which is part of its fingerprint."""
+        or the identity (its source's files made absolute) as a dict, which is part of its
+        fingerprint."""
         if isinstance(self.tokenizer, str):
             return self.tokenizer
-        return self.tokenizer_identity().model_dump(mode="json")
+        ident = self.tokenizer_identity().model_dump(mode="json")
+        for key in ("ranks", "tokenizer_json"):  # a worker's folder is not the datamix's
+            if ident["source"][key] and "://" not in ident["source"][key]:
+                ident["source"][key] = self.resolve(ident["source"][key])
+        return ident
 
     def resolve(self, path: str) -> str:
         """``path`` (a model or list file of the datamix) made absolute: relative paths are

@@ -52,34 +52,48 @@ def load_spec(spec, base_dir: str | os.PathLike | None
         path = _absolute(spec.tokenizer_json, base_dir)
         parts, eot = load_tokenizer_json(path, name=spec.name, eot=spec.eot)
         return _identity(parts, eot, TokenizerSource(
-            tokenizer_json=path, pattern=parts.pat_str,
+            tokenizer_json=spec.tokenizer_json, pattern=parts.pat_str,
             special_tokens=dict(parts.special_tokens), eot=eot)), parts
     if not isinstance(spec, BpeFileSpec):
         raise ValueError(f"tokenizer {spec!r}: expected a name or a table")
     path = _absolute(spec.ranks, base_dir)
     tok = load_bpe_file(spec.model_copy(update={"ranks": path}))
     return _identity(tok.parts, spec.eot, TokenizerSource(
-        ranks=path, pattern=spec.pattern, special_tokens=dict(spec.special_tokens),
+        ranks=spec.ranks, pattern=spec.pattern, special_tokens=dict(spec.special_tokens),
         eot=spec.eot)), tok.parts
 
 
-def _moved(path: str, ident: TokenizerIdentity, where: str) -> str:
-    """``path``, or where a moved file is: ``$TOKENMILL_TOKENIZER_DIR/<its file name>``."""
-    if "://" in path or os.path.exists(path):
+def _locate(path: str, ident: TokenizerIdentity, where: str) -> str:
+    """Where the recorded file ``path`` is: a URL or an existing absolute path as it is; a
+    relative path (as the datamix named it, relative to its folder) from the working
+    folder or from the folders holding ``where`` (when it is a file) and their parents;
+    else ``$TOKENMILL_TOKENIZER_DIR/<its file name>``."""
+    if "://" in path or (os.path.isabs(path) and os.path.exists(path)):
         return path
+    if not os.path.isabs(path):
+        folders = ["."]
+        if os.path.exists(where):
+            up = os.path.dirname(os.path.abspath(where))
+            for _ in range(4):
+                folders.append(up)
+                up = os.path.dirname(up)
+        for folder in folders:
+            if os.path.exists(os.path.join(folder, path)):
+                return os.path.join(folder, path)
     folder = os.environ.get(MOVED_FILES_ENV)
     if folder and os.path.exists(os.path.join(folder, os.path.basename(path))):
         return os.path.join(folder, os.path.basename(path))
     raise ValueError(
-        f"{where} records tokenizer {ident.short()} from {path}, which does not exist; put "
-        f"the file back there, or set {MOVED_FILES_ENV} to a folder holding "
-        f"{os.path.basename(path)} (its identity is checked after loading)")
+        f"{where} records tokenizer {ident.short()} from {path}, which is not found (from "
+        f"here, or beside {where}); run from the datamix's folder, or set {MOVED_FILES_ENV} "
+        f"to a folder holding {os.path.basename(path)} (its identity is checked after "
+        "loading)")
 
 
 def load_source(recorded: TokenizerIdentity, where: str
                 ) -> tuple[TokenizerIdentity, EncodingParts]:
     """(identity, parts) loaded from the files ``recorded.source`` names, for the caller to
-    compare with ``recorded`` (a moved file: :func:`_moved`).
+    compare with ``recorded`` (found by :func:`_locate`).
 
     Raises:
         ValueError: one line naming the file and ``where``.
@@ -87,10 +101,10 @@ def load_source(recorded: TokenizerIdentity, where: str
     src = recorded.source
     assert src is not None
     if src.tokenizer_json is not None:
-        spec = TokenizerJsonSpec(tokenizer_json=_moved(src.tokenizer_json, recorded, where),
+        spec = TokenizerJsonSpec(tokenizer_json=_locate(src.tokenizer_json, recorded, where),
                                  name=recorded.name, eot=src.eot)
     else:
-        spec = BpeFileSpec(name=recorded.name, ranks=_moved(src.ranks or "", recorded, where),
+        spec = BpeFileSpec(name=recorded.name, ranks=_locate(src.ranks or "", recorded, where),
                            pattern=src.pattern, special_tokens=src.special_tokens, eot=src.eot)
     ident, parts = load_spec(spec, None)
     return ident.model_copy(update={"source": src}), parts
