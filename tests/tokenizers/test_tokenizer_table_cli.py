@@ -90,6 +90,7 @@ def test_curation_records_the_identity_and_tokenizes_with_the_table(curated):
     assert "the" in text and len(text) > 10_000
 
 
+@pytest.mark.slow
 def test_consumers_load_the_recorded_tokenizer(curated, tmp_path):
     """n-gram index and query, mix, export and its check read the table's identity; a
     moved ranks file is one line naming TOKENMILL_TOKENIZER_DIR, which finds it."""
@@ -128,26 +129,38 @@ def test_a_table_that_cannot_be_used_is_one_line(tmp_path):
     assert "special token '<|endoftext|>' has id 5" in lines[0]
 
 
-def test_manifests_written_before_identity_version_2_are_still_read(tmp_path):
+def test_manifests_written_before_identity_version_2_are_still_read(tmp_path, monkeypatch):
     """A gpt2 curation whose manifest records the version-1 identity (name + ranks sha256,
-    no version field) is validated, indexed and mixed."""
+    no version field) is validated, indexed and mixed (the CLI in this process, for
+    speed); a drifted version-1 identity is still refused."""
     from tests.manifests.mixdata import write_curation
+    from tokenmill.cli import main
+
+    def here(cwd, *args):  # the same commands, in this process
+        import contextlib
+        import io
+
+        monkeypatch.chdir(cwd)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(list(args))
+        return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
     mpath = write_curation(corpora(), tmp_path / "out", "old", {"c4-en-sample": 60})
     man = json.loads(mpath.read_text())
     man["tokenizer"] = {k: man["tokenizer"][k]
                         for k in ("name", "ranks_sha256", "n_vocab", "eot_token")}
     mpath.write_text(json.dumps(man, indent=2))
-    ok(tm(tmp_path, "manifest", "validate", str(mpath)))
-    ok(tm(tmp_path, "ngram", "build", "out", "-o", "idx", "-q"))
-    assert "gpt2@" in ok(tm(tmp_path, "ngram", "count", "idx", " the"))
+    ok(here(tmp_path, "manifest", "validate", str(mpath)))
+    ok(here(tmp_path, "ngram", "build", "out", "-o", "idx", "-q"))
+    assert "gpt2@" in ok(here(tmp_path, "ngram", "count", "idx", " the"))
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
         "name": "old", "manifests": [str(mpath)], "target_tokens": 10_000, "seed": 1,
         "sources": {"w": {"source": "c4-en-sample", "weight": 1.0, "max_epochs": 2}}}))
-    ok(tm(tmp_path, "mix", "build", "spec.yaml", "-o", "mix.json"))
+    ok(here(tmp_path, "mix", "build", "spec.yaml", "-o", "mix.json"))
     drifted = {**man["tokenizer"], "ranks_sha256": "0" * 64}
     mpath.write_text(json.dumps({**man, "tokenizer": drifted}, indent=2))
-    r = tm(tmp_path, "ngram", "build", "out", "-o", "idx2", "-q")
+    r = here(tmp_path, "ngram", "build", "out", "-o", "idx2", "-q")
     assert r.returncode == 2 and "gpt2@000000000000" in r.stderr, r.stderr
 
 
@@ -174,3 +187,37 @@ def test_legality_lem_and_training_with_the_table(curated, tmp_path):
     ok(tm(f, "train", "train.yaml", "-q"))
     metrics = json.loads((f / "run" / "metrics.json").read_text())
     assert metrics["steps_done"] == 4
+
+
+def test_a_recorded_ranks_file_is_found_from_where_it_is_read(tmp_path, monkeypatch):
+    """The identity records the ranks file as the datamix names it (relative, no absolute
+    path); consumers find it from the working folder or beside the record, a moved one in
+    TOKENMILL_TOKENIZER_DIR, and another file under its name is refused by its identity."""
+    import base64
+
+    from tokenmill.tokenizers import TokenizerMismatchError, check_identity, same_tokenizer
+    from tokenmill.tokenizers.sources import load_source, load_spec
+    from tokenmill.tokenizers.tiktoken_parts import encoding_parts
+
+    proj = tmp_path / "proj"
+    table = write_renumbered(proj / "tok")
+    ident, _ = load_spec({**table, "ranks": "tok/renumbered.tiktoken"}, proj)
+    assert ident.source.ranks == "tok/renumbered.tiktoken" and ident.version == 2
+    record = proj / "out" / "manifest.json"
+    record.parent.mkdir()
+    record.write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert same_tokenizer(load_source(ident, str(record))[0], ident)  # beside the record
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    (proj / "tok" / "renumbered.tiktoken").rename(moved / "renumbered.tiktoken")
+    with pytest.raises(ValueError, match="TOKENMILL_TOKENIZER_DIR") as e:
+        load_source(ident, str(record))
+    assert "\n" not in str(e.value) and "tok/renumbered.tiktoken" in str(e.value)
+    monkeypatch.setenv("TOKENMILL_TOKENIZER_DIR", str(moved))
+    assert same_tokenizer(load_source(ident, str(record))[0], ident)
+    ranks = sorted(encoding_parts("gpt2").mergeable_ranks.items(), key=lambda kv: kv[1])
+    (moved / "renumbered.tiktoken").write_bytes(  # GPT-2's own ids under the same name
+        b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in ranks))
+    with pytest.raises(TokenizerMismatchError, match=str(record)):
+        check_identity(ident, load_source(ident, str(record))[0], str(record))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 
-import fsspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from tokenmill.tokenizers.legality_regex import R50K_PAT
@@ -207,6 +206,8 @@ def load_tokenizer_json(path: str, name: str | None = None, eot: str | None = No
         ValueError: one line naming the file: unreadable, not JSON, or not convertible.
     """
     name = name or path.rstrip("/").rsplit("/", 2)[-2 if path.count("/") else -1]
+    import fsspec  # a path or any fsspec URL
+
     try:
         with fsspec.open(path, "rb") as f:
             doc = json.loads(f.read())
