@@ -462,6 +462,7 @@ class DatamixConfig(_Model):
     """A datamix file, validated. Unknown keys are errors (typos must not pass)."""
 
     _base_dir: str = PrivateAttr(default=".")
+    _tokenizer: TokenizerIdentity | None = PrivateAttr(default=None)
 
     name: str = Field(description="the datamix's name: the default output folder is out/NAME")
     tokenizer: str | BpeFileSpec | TokenizerJsonSpec = Field(
@@ -542,8 +543,11 @@ class DatamixConfig(_Model):
 
     def tokenizer_identity(self) -> TokenizerIdentity:
         """Load ``tokenizer`` (relative files from the datamix's folder) and return its
-        identity (:func:`tokenmill.tokenizers.load_tokenizer`, whose errors it raises)."""
-        return load_tokenizer(self.tokenizer, self._base_dir)
+        identity (:func:`tokenmill.tokenizers.load_tokenizer`, whose errors it raises);
+        loaded once per config."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer, self._base_dir)
+        return self._tokenizer
 
     def tokenizer_for_stage(self) -> str | dict:
         """What the tokenize stage loads the tokenizer from in a worker: a built-in name,
