@@ -128,11 +128,19 @@ def tokenizer_arg(text: str) -> str:
 
     if text in SUPPORTED_ENCODINGS or not os.path.isfile(text):
         return identity(text).name  # an unknown name raises, naming the known ones
+    import json
+
     import yaml
+
+    from tokenmill import boundedyaml
 
     try:
         with open(text, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            raw = f.read()
+        try:
+            doc = json.loads(raw)  # a tokenizer.json or a manifest: JSON, parsed fast
+        except ValueError:
+            doc = boundedyaml.load(raw, text)  # bounded alias expansion and depth
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ValueError(f"tokenizer file {text}: cannot be read ({type(e).__name__})"
                          ) from None
