@@ -208,7 +208,7 @@ def test_tokenizer_drift_every_consumer(tmp_path):
     r = tm(f, "shards", "inspect", "out/shards/s/s_train_000000.bin", "--docs", "1", **drift)
     assert r.returncode == 2 and "committee" not in r.stdout
     line = one_line(r.stderr)
-    want = json.loads((f / "out" / "manifest.json").read_text())["tokenizer"]["ranks_sha256"]
+    want = json.loads((f / "out" / "manifest.json").read_text())["tokenizer"]["identity_sha256"]
     assert f"gpt2@{want[:12]}" in line and line.count("gpt2@") == 2
     for args in (["ngram", "count", "idx", " of the"], ["report", "out"],
                  ["ngram", "build", "out", "-o", "idx2", "-q"]):

@@ -119,3 +119,47 @@ def test_cl100k_rows_match_plain_python_reference(cl100k_table):
     built = set(cl100k_table.rows.tolist())
     rows += [r for r in (token_id(enc, b) for b in (b" ", b"12", b".\n", b"'s")) if r in built]
     check_rows_against_reference(cl100k_table, "cl100k_base", rows)
+
+
+@pytest.fixture(scope="module")
+def renumbered_table(tmp_path_factory):
+    """The full legality table of a tokenizer given as a ``tokenizer:`` table (GPT-2's
+    ranks with other byte ids, :mod:`tests.tokenizers.tokenizer_files`), built through
+    ``tokenmill legality build tokenizer.yaml``, and the tokenizer loaded here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.tokenizers.tokenizer_files import write_renumbered
+    from tokenmill.tokenizers import load_tokenizer
+    from tokenmill.tokenizers.legality import LegalityTable
+
+    folder = tmp_path_factory.mktemp("renumbered")
+    table = write_renumbered(folder)
+    repo = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "legality", "build",
+                        str(folder / "tokenizer.yaml"), "-o", str(folder / "tables"), "-q"],
+                       capture_output=True, text=True, timeout=3000, cwd=repo)
+    assert r.returncode == 0, r.stderr
+    name = load_tokenizer(table, folder).name
+    return name, LegalityTable.load(folder / "tables", encoding=name)
+
+
+@pytest.mark.slow
+def test_table_tokenizer_every_corpus_pair_is_possible(renumbered_table, corpus_docs):
+    from tests.tokenizers.conftest import _encode_pairs
+
+    name, table = renumbered_table
+    assert table.meta["model"] == "r50k"
+    bad, n = _corpus_violations(table, _encode_pairs(name, corpus_docs), corpus_docs)
+    assert n > 10_000_000
+    assert bad == [], [table.explain(a, b) + f" in {key}" for a, b, key in bad]
+
+
+@pytest.mark.slow
+def test_table_tokenizer_adversarial_contexts_and_fuzzed_texts(renumbered_table):
+    name, table = renumbered_table
+    _adversarial(table, name)
+    prev, nxt = _fuzz_pairs(name)
+    bad = np.flatnonzero(~table.possible_pairs(prev, nxt))
+    assert len(bad) == 0, [table.explain(int(prev[i]), int(nxt[i])) for i in bad[:10]]

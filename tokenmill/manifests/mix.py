@@ -75,7 +75,7 @@ from tokenmill.manifests.schema import (
 )
 from tokenmill.manifests.shards import read_sidecar
 from tokenmill.manifests.verify import OpenedShards, open_shards
-from tokenmill.tokenizers import TokenizerMismatchError
+from tokenmill.tokenizers import TokenizerMismatchError, same_tokenizer
 
 __all__ = [  # the training-mix manifest's models live in mixschema; re-exported here
     "MIX_SCHEMA_VERSION", "CurationRef", "MixPlan", "MixSegment", "MixShard", "MixSource",
@@ -227,7 +227,7 @@ def _resolve_manifests(spec: MixSpec, base: Path, verify: bool
         out.append((opened.manifest_path, opened.manifest))
     first_path, first = out[0]
     for p, m in out[1:]:
-        if m.tokenizer != first.tokenizer:
+        if not same_tokenizer(m.tokenizer, first.tokenizer):
             raise TokenizerMismatchError(
                 f"curation manifests use different tokenizers: {first_path} has "
                 f"{first.tokenizer.short()} but {p} has {m.tokenizer.short()}; "

@@ -201,7 +201,7 @@ def inspect_shard(path: str | Path, tokenizer: str | None = None, docs: int = 3)
         TokenizerMismatchError: the manifest (or export) listing the shard records
             another identity than the installed tokenizer of that name has.
     """
-    from tokenmill.tokenizers import check_identity, get_encoding, identity
+    from tokenmill.tokenizers import get_encoding, load_checked
 
     p = Path(path)
     h = read_header(p)
@@ -225,8 +225,9 @@ def inspect_shard(path: str | Path, tokenizer: str | None = None, docs: int = 3)
         name, why = recorded[:2] if recorded else implied_encoding(h, tokens)
         why = f"from {why}" if recorded else why
     if recorded and recorded[2] is not None and recorded[0] == name:
-        check_identity(recorded[2], identity(name), recorded[1].removeprefix("the "))
-    enc = get_encoding(name)
+        enc = load_checked(recorded[2], recorded[1].removeprefix("the "))
+    else:
+        enc = get_encoding(name)
     lines.append(f"tokenizer  {name} ({why})")
     lines.append(f"EOT        {int((tokens == enc.eot_token).sum()):,} tokens (id "
                  f"{enc.eot_token:,})")

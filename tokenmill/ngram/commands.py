@@ -183,10 +183,10 @@ def _pairs(args: argparse.Namespace) -> int:
     table = None
     if args.table:  # opened before the shards are counted: a wrong path fails at once
         from tokenmill.manifests.verify import read_manifest
-        from tokenmill.tokenizers import check_identity, identity
+        from tokenmill.tokenizers import load_checked
 
         mpath, man = read_manifest(args.manifest)
-        check_identity(man.tokenizer, identity(man.tokenizer.name), str(mpath))
+        load_checked(man.tokenizer, str(mpath))
         table = LegalityTable.load(args.table, encoding=man.tokenizer)
     split = None if args.split == "all" else args.split
     obs = ObservedPairs.from_manifest(args.manifest, split=split, ray_address=args.ray_address,

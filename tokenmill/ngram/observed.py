@@ -26,7 +26,7 @@ import numpy as np
 from tokenmill.atomic import atomic_open
 from tokenmill.manifests.verify import open_shards
 from tokenmill.ngram.counts import count_pairs, count_shards, merge_counts
-from tokenmill.tokenizers import TokenizerIdentity, check_same, get_encoding
+from tokenmill.tokenizers import TokenizerIdentity, check_same, load_checked
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class ObservedPairs:
         bad = np.flatnonzero(~ok)
         if limit is not None:
             bad = bad[:limit]
-        enc = get_encoding(self.identity.name)
+        enc = load_checked(self.identity, "the counted shards")
         out = []
         for i in bad:
             a, b = int(self.prev[i]), int(self.next[i])

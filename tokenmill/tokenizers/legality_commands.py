@@ -126,6 +126,23 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resolving(func):
+    """``func`` after loading the tokenizer ``--encoding`` / ENCODING names
+    (:func:`~tokenmill.tokenizers.sources.tokenizer_arg`), replaced by its name."""
+    def run(args: argparse.Namespace) -> int:
+        from tokenmill.tokenizers.sources import tokenizer_arg
+
+        if args.encoding is not None:
+            args.encoding = tokenizer_arg(args.encoding)
+        return func(args)
+    return run
+
+
+_ENCODING_HELP = ("tokenizer: a tiktoken encoding name (gpt2), or a file: a tokenizer table "
+                  "(YAML/JSON), a tokenizer.json, or a datamix or manifest whose tokenizer "
+                  "is used")
+
+
 def add_legality_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``tokenmill legality ...``."""
     p = sub.add_parser("legality", help="tokenizer legality tables (impossible pairs, prefixes)")
@@ -133,31 +150,32 @@ def add_legality_commands(sub: argparse._SubParsersAction) -> None:
                             help="the command to run")
     b = lsub.add_parser("build", help="build and save the impossible-continuation table and "
                         "the prefix map beside it")
-    b.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
+    b.add_argument("encoding", help=_ENCODING_HELP)
     add_output_argument(b, required=True, metavar="PATH", help="output folder (or file)")
     add_quiet_argument(b, help="no progress bar")
-    b.set_defaults(func=_build)
+    b.set_defaults(func=_resolving(_build))
     q = lsub.add_parser("query", help="is NEXT possible after PREV, and why")
-    q.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
+    q.add_argument("encoding", help=_ENCODING_HELP)
     q.add_argument("prev", help="token id, quoted literal (' bananas') or text of one token")
     q.add_argument("next", help="the following token, in the same forms as PREV")
     q.add_argument("--table", help="a saved table (file or folder); default: compute directly")
-    q.set_defaults(func=_query)
+    q.set_defaults(func=_resolving(_query))
     x = lsub.add_parser("prefix", help="longest-token-prefix chain of a token")
-    x.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
+    x.add_argument("encoding", help=_ENCODING_HELP)
     x.add_argument("token", help="token id, quoted literal (' bananas') or text of one token")
-    x.set_defaults(func=_prefix)
+    x.set_defaults(func=_resolving(_prefix))
     s = lsub.add_parser("stats", help="impossible pairs in total and per previous token")
-    s.add_argument("encoding", help="tiktoken encoding name, e.g. gpt2")
+    s.add_argument("encoding", help=_ENCODING_HELP)
     s.add_argument("--table", help="a saved table (file or folder); default: build in memory")
-    s.set_defaults(func=_stats)
+    s.set_defaults(func=_resolving(_stats))
     e = lsub.add_parser("export", help="write a saved table in another trainer's format")
     e.add_argument("table", help="a saved table (file or folder)")
     e.add_argument("--format", required=True, choices=["modded-nanogpt"],
                    help="modded-nanogpt: its canon_mask, uint8[V, V // 8], 1 = forbidden pair")
     add_output_argument(e, required=True, metavar="FILE", help="output file")
     e.add_argument("--encoding", default=None,
-                   help="check the table against this tokenizer (default: the table's own)")
+                   help="check the table against this tokenizer (default: the table's own): "
+                   "a name or file, as ENCODING of build")
     e.add_argument("--vocab-size", type=int, default=None,
                    help="the model's padded vocabulary (default: next multiple of 128)")
-    e.set_defaults(func=_export)
+    e.set_defaults(func=_resolving(_export))

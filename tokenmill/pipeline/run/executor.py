@@ -59,7 +59,7 @@ from tokenmill.pipeline.run.stats import RunStats
 from tokenmill.pipeline.run.tasks import run_each, run_each_timed
 from tokenmill.pipeline.run.tokenize_task import TokenizeTask, tokenize_block
 from tokenmill.raysession import cluster_cpus, ray_session
-from tokenmill.tokenizers import TokenizerIdentity, identity
+from tokenmill.tokenizers import TokenizerIdentity, same_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def run_datamix(
         OutputLockedError: another run holds the output folder (names it).
     """
     t0 = time.perf_counter()
-    tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
+    tok = cfg.tokenizer_identity()  # fails early when the tokenizer files are missing
     sources = resolve_sources(cfg)
     out_dir = Path(cfg.output_dir).resolve()
     plan = plan_units(cfg, sources)
@@ -201,8 +201,8 @@ def tokenizer_change(cfg: DatamixConfig) -> str | None:
             json.loads(path.read_text(encoding="utf-8"))["tokenizer"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no earlier manifest, or one that cannot say
-    loaded = identity(cfg.tokenizer)
-    if recorded == loaded:
+    loaded = cfg.tokenizer_identity()
+    if same_tokenizer(recorded, loaded):
         return None
     return (f"output folder {path.parent} holds data made with tokenizer {recorded.short()}, "
             f"this run loads {loaded.short()}: every shard is re-tokenized and its manifest "

@@ -214,7 +214,8 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,
              counts="filtered"),
     StageDef("tokenize", "block", Tokenize,
-             lambda c, s: {"tokenizer": c.tokenizer, "val_fraction": c.shards.val_fraction},
+             lambda c, s: {"tokenizer": c.tokenizer_for_stage(),
+                          "val_fraction": c.shards.val_fraction},
              in_manifest=False),
     StageDef("shards", "source", WriteShards, _shards, in_manifest=False),
 )

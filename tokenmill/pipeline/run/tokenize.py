@@ -16,7 +16,7 @@ import numpy as np
 import tiktoken
 
 from tokenmill.pipeline.stage import Configured
-from tokenmill.tokenizers import get_encoding
+from tokenmill.tokenizers import get_encoding, load_checked
 
 
 def encode_ordinary_array(enc: tiktoken.Encoding, text: str) -> np.ndarray:
@@ -30,16 +30,19 @@ def encode_ordinary_array(enc: tiktoken.Encoding, text: str) -> np.ndarray:
         return enc.encode_to_numpy(text, disallowed_special=())
 
 
-def tokenize_batch(texts: list[str], encoding: str, num_threads: int = 1
+def tokenize_batch(texts: list[str], encoding: str | dict, num_threads: int = 1
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Tokenize documents, each prefixed by EOT (``num_threads`` > 1: in a thread pool;
-    tiktoken releases the GIL while it encodes).
+    """Tokenize documents, each prefixed by EOT, with a built-in encoding (its name) or a
+    tokenizer loaded from a recorded identity (a dict, as the datamix's
+    ``tokenizer_for_stage`` gives); ``num_threads`` > 1: in a thread pool (tiktoken
+    releases the GIL while it encodes).
 
     Returns:
         tokens: uint32[sum(lengths)], documents concatenated in input order.
         lengths: int64[len(texts)], tokens per document, EOT included.
     """
-    enc = get_encoding(encoding)
+    enc = (get_encoding(encoding) if isinstance(encoding, str)
+           else load_checked(encoding, "the datamix's tokenizer"))
     if not texts:
         return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64)
     if num_threads > 1:
@@ -76,7 +79,7 @@ class Tokenize(Configured):
     name = "tokenize"
     version = 2
 
-    def __init__(self, tokenizer: str = "gpt2", val_fraction: float = 0.01) -> None:
+    def __init__(self, tokenizer: str | dict = "gpt2", val_fraction: float = 0.01) -> None:
         super().__init__(tokenizer=tokenizer, val_fraction=val_fraction)
         self.tokenizer = tokenizer
         self.val_fraction = val_fraction
