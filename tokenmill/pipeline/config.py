@@ -43,7 +43,7 @@ from pydantic import (
     model_validator,
 )
 
-from tokenmill import boundedyaml
+from tokenmill import boundedyaml, storage
 
 # Per-document Creative Commons licenses that are not usable for training a model
 # that may be used commercially or whose outputs are derivatives: non-commercial (nc)
@@ -580,7 +580,9 @@ def load_datamix(
     except Exception as e:
         raise ValueError(f"{path}: invalid datamix file: {e}") from e
     root = data_root or os.environ.get("TOKENMILL_DATA_ROOT") or cfg.data_root
-    if root is not None:
+    if root is not None and storage.is_url(root):
+        cfg.data_root = storage.normalize(root)
+    elif root is not None:
         root_path = Path(root)
         if not root_path.is_absolute() and root == cfg.data_root:
             root_path = path.parent / root_path

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokenmill import storage
 from tokenmill.manifests.schema import (
     MANIFEST_NAME,
     CurationWarning,
@@ -86,7 +87,7 @@ class Unit:
 
 @dataclass
 class RunResult:
-    manifest_path: Path
+    manifest_path: Path  # on this node (for an object-store output: its staging copy)
     manifest: DatamixManifest
     seconds: float
     reused_units: int  # blocks whose prepare and tokenize outputs were both reused
@@ -98,6 +99,7 @@ class RunResult:
     stage_blocks: dict[str, list[int]] = field(default_factory=dict)
     input_bytes: int = 0  # bytes of the input files (each hashed once per run)
     hash_seconds: float = 0.0  # task time spent hashing them (summed over tasks)
+    output: str = ""  # the output folder: a local path or an object-store URL
 
     @property
     def warnings(self) -> list[CurationWarning]:
@@ -123,7 +125,7 @@ def row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
     sizes = {}
     for f in rows:
         try:
-            sizes[f] = (src.root / f).stat().st_size
+            sizes[f] = src.sizes[f] if src.url else (src.root / f).stat().st_size
         except OSError:
             sizes[f] = SMALL_FILE_BYTES  # its task reports it; planned alone
     if sum(1 for n in sizes.values() if n < SMALL_FILE_BYTES) < GROUP_MIN_FILES:
@@ -178,37 +180,38 @@ def run_datamix(
     t0 = time.perf_counter()
     tok = identity(cfg.tokenizer)  # fails early when the tokenizer files are missing
     sources = resolve_sources(cfg)
-    out_dir = Path(cfg.output_dir).resolve()
+    out = storage.normalize(cfg.output_dir)  # a local folder or an object-store URL
     plan = plan_units(cfg, sources)
-    with output_lock(out_dir), ray_session(ray_address, num_cpus):
-        return _execute(cfg, tok, sources, plan, out_dir, progress, t0)
+    with output_lock(out), ray_session(ray_address, num_cpus):
+        return _execute(cfg, tok, sources, plan, out, progress, t0)
 
 
 def tokenizer_change(cfg: DatamixConfig) -> str | None:
     """One line when ``cfg``'s output folder holds a manifest made with another tokenizer
     identity than the one this run loads (its shards would be re-tokenized and the manifest
     would record the new identity); ``None`` otherwise (no manifest, same tokenizer)."""
-    path = Path(cfg.output_dir).resolve() / MANIFEST_NAME
+    path = storage.join(storage.normalize(cfg.output_dir), MANIFEST_NAME)
     try:
         recorded = TokenizerIdentity.model_validate(
-            json.loads(path.read_text(encoding="utf-8"))["tokenizer"])
-    except (OSError, ValueError, KeyError, TypeError):
+            json.loads(storage.read_bytes(path).decode("utf-8"))["tokenizer"])
+    except (OSError, ValueError, KeyError, TypeError, storage.StorageError):
         return None  # no earlier manifest, or one that cannot say
     loaded = identity(cfg.tokenizer)
     if recorded == loaded:
         return None
-    return (f"output folder {path.parent} holds data made with tokenizer {recorded.short()}, "
+    folder = storage.redact(path.rsplit("/", 1)[0])
+    return (f"output folder {folder} holds data made with tokenizer {recorded.short()}, "
             f"this run loads {loaded.short()}: every shard is re-tokenized and its manifest "
             f"will record {loaded.short()}")
 
 
-def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -> list[Block]:
+def _prepare(cfg: DatamixConfig, plan: list[Unit], work: str, progress: bool) -> list[Block]:
     """Hash + read + document stages + global stages' columns, per unit on Ray."""
     specs = []
     for u in plan:
         sc = u.source.config
         specs.append(PrepareTask(
-            work=str(work), source=u.source.name, root=str(u.source.root),
+            work=work, source=u.source.name, root=u.source.url or str(u.source.root),
             files=tuple(u.files), text_field=sc.text_key,
             max_document_bytes=cfg.max_document_bytes, limit=sc.max_documents,
             block_documents=cfg.block_documents,
@@ -222,19 +225,19 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool) -
             for u, res in zip(plan, per_unit, strict=True) for b in res["blocks"]]
 
 
-def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool
+def _decide(cfg: DatamixConfig, blocks: list[Block], work: str, progress: bool
             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The global stages' decisions, in order, in hash partitions on Ray
     (:func:`~tokenmill.pipeline.run.removals.decide_global`): per block its removals
     file's digest, and the stages' manifest records by stage name."""
     src = cfg.sources[0]  # global stages are configured per datamix, not per source
     global_stages = [c.build() for c in stage_list.calls(cfg, src, "global")]
-    return decide_global(str(work), [b.prepare_digest for b in blocks], global_stages,
+    return decide_global(work, [b.prepare_digest for b in blocks], global_stages,
                          cfg.dedup.partitions, progress)
 
 
 def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
-              removals: list[dict[str, Any]], work: Path, progress: bool) -> None:
+              removals: list[dict[str, Any]], work: str, progress: bool) -> None:
     """The block stage (tokenize), per block on Ray; each task reads its block's removals."""
     call, = stage_list.calls(cfg, cfg.sources[0], "block")
     fingerprint = call.build().fingerprint()
@@ -243,8 +246,8 @@ def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
     for b, dups in zip(blocks, removals, strict=True):
         b.tokenize_digest = content_hash(call.name, fingerprint, tok.model_dump(),
                                          b.prepare_digest, dups["content"])
-        specs.append(TokenizeTask(str(work), b.tokenize_digest, b.prepare_digest,
-                                  b.source.name, str(work / "dedup"), dups["removals"],
+        specs.append(TokenizeTask(work, b.tokenize_digest, b.prepare_digest,
+                                  b.source.name, storage.join(work, "dedup"), dups["removals"],
                                   call, meta))
     infos = run_each(tokenize_block, specs, "tokenize", progress)
     for b, info in zip(blocks, infos, strict=True):
@@ -252,17 +255,18 @@ def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
 
 
 def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSource],
-           blocks: list[Block], out_dir: Path, progress: bool) -> list[dict[str, Any]]:
+           blocks: list[Block], out: str, progress: bool) -> list[dict[str, Any]]:
     """The source stage (shard writing), per source on Ray."""
     # From here the shards change: a manifest of an earlier run must not sit beside them
     # (a crash now leaves no manifest, never a manifest that lies).
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    _remove_stale_sources(out_dir, {s.name for s in sources})
+    storage.remove(storage.join(out, MANIFEST_NAME))
+    (storage.local_dir(out) / MANIFEST_NAME).unlink(missing_ok=True)
+    _remove_stale_sources(out, {s.name for s in sources})
     specs = []
     for src in sources:
         call, = stage_list.calls(cfg, src.config, "source")
         specs.append(WriteSourceTask(
-            work=str(out_dir / "work"), output_dir=str(out_dir), source=src.name,
+            work=storage.join(out, "work"), output_dir=out, source=src.name,
             units=tuple((b.prepare_digest, b.tokenize_digest)
                         for b in blocks if b.source is src),
             shards=call.build(), shard_version=version_for_vocab(tok.n_vocab),
@@ -270,12 +274,12 @@ def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSou
     return run_each(write_source, specs, "write shards", progress)
 
 
-def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
-    work = out_dir / "work"
+def _execute(cfg, tok, sources, plan, out, progress, t0) -> RunResult:
+    work = storage.join(out, "work")
     blocks = _prepare(cfg, plan, work, progress)
     removals, records = _decide(cfg, blocks, work, progress)
     _tokenize(cfg, tok, blocks, removals, work, progress)
-    written = _write(cfg, tok, sources, blocks, out_dir, progress)
+    written = _write(cfg, tok, sources, blocks, out, progress)
     entries: list = []
     warnings: list[CurationWarning] = []
     for src, w in zip(sources, written, strict=True):
@@ -289,11 +293,16 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0) -> RunResult:
         name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(), tokenizer=tok,
         sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
         warnings=warnings, **records)
+    out_dir = storage.local_dir(out)
     path = manifest.write(out_dir)
-    measures.write_records(work / "measures", {
+    measures.write_records(out_dir / "work" / "measures", {
         src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
         for src in sources})
+    if storage.is_url(out):  # the records, then the manifest: the run's commit, last
+        storage.upload_tree(out_dir / "work" / "measures", storage.join(out, "work", "measures"))
+        storage.upload(path, storage.join(out, MANIFEST_NAME))
     res = _result(path, manifest, blocks, time.perf_counter() - t0)
+    res.output = out
     res.input_bytes = sum(f.size for e in entries for f in e.files)
     res.hash_seconds = sum(u.hash_seconds for u in plan)
     return res
@@ -334,9 +343,18 @@ def _result(path: Path, manifest: DatamixManifest, blocks: list[Block],
     return res
 
 
-def _remove_stale_sources(out_dir: Path, names: set[str]) -> None:
+def _remove_stale_sources(out: str, names: set[str]) -> None:
     """Shards and quarantine files of sources this datamix no longer has are deleted, so
     that a glob over ``shards/`` (as modded-nanogpt's loader does) finds only this run's."""
+    if storage.is_url(out):
+        for rel in storage.list_tree(storage.join(out, "shards")):
+            if "/" in rel and rel.split("/", 1)[0] not in names:
+                storage.remove(storage.join(out, "shards", rel))
+        for rel in storage.list_tree(storage.join(out, "quarantine")):
+            if rel.endswith(".parquet") and rel.removesuffix(".parquet") not in names:
+                storage.remove(storage.join(out, "quarantine", rel))
+        return
+    out_dir = Path(out)
     for p in sorted((out_dir / "shards").glob("*")):
         if p.is_dir() and p.name not in names:
             log.warning("removing shards of a source no longer in the datamix: %s", p)
