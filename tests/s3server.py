@@ -34,13 +34,14 @@ def _free_port() -> int:
 class S3Server:
     """A moto S3 server process on a free loopback port."""
 
-    def __init__(self, auth: bool = False) -> None:
+    def __init__(self, auth: bool = False, log: Path | None = None) -> None:
         pytest.importorskip("moto.server", reason="moto[server] (the dev extra) is needed")
         self.auth = auth
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.keys: dict[str, tuple[str, str]] = {"admin": ("testing", "testing")}
         self.proc: subprocess.Popen | None = None
+        self.log = log  # the server's request log (one line per HTTP request), if given
 
     def start(self) -> S3Server:
         env = dict(os.environ, MOTO_PORT=str(self.port))
@@ -48,7 +49,8 @@ class S3Server:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(_SETUP_ACTIONS)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env=env, stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "ab") if self.log else subprocess.DEVNULL)  # noqa: SIM115
         deadline = time.time() + 30
         while True:
             try:
