@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,8 @@ sources:
 licenses:
   allow: [odc-by]
   document_deny_terms: [nc, nd]
+quality: {gopher_quality: {}, c4: {}}
+fuzzy_dedup: {}
 """
 
 
@@ -217,3 +220,20 @@ def test_sigkill_mid_bucket_run_then_rerun_elsewhere(s3, tmp_path):
     blocks = next(line for line in r.stdout.splitlines() if line.startswith("blocks:"))
     assert "prepare 0/" not in blocks, blocks  # committed blocks were reused
     _assert_same_as_local(final_files(tmp_path / "local"), _bucket_final(s3, "killed"))
+
+
+def test_bucket_output_lock_refuses_a_second_run(s3, tmp_path):
+    """An output folder in the bucket whose lock object names a live run (this test's
+    process) is refused in one line naming the folder and the holder, before any work;
+    the lock object is left as it was."""
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": "then",
+              "command": "tokenmill run other.yaml"}
+    s3.client().put_object(Bucket="runs", Key="locked/.tokenmill.lock",
+                           Body=json.dumps(holder).encode())
+    mix = tmp_path / "small.yaml"
+    mix.write_text(MIX)
+    r = subprocess.run(_cmd(mix, "s3://data/corpora", "s3://runs/locked"), cwd=REPO,
+                       env=_env(s3, tmp_path / "staging"), capture_output=True, text=True)
+    _one_line(r, "s3://runs/locked is in use by another run", f"pid {os.getpid()}",
+              "tokenmill run other.yaml")
+    assert json.loads(s3.objects("runs", "locked")[".tokenmill.lock"]) == holder
