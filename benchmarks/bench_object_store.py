@@ -42,7 +42,8 @@ licenses:
 quality: {{gopher_quality: {{}}, gopher_repetition: {{}}, c4: {{}}, fineweb: {{}}}}
 fuzzy_dedup: {{}}
 """
-_REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) ')
+#: a request line of the server's log (werkzeug colours some status lines)
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|POST|HEAD|DELETE) ')
 
 
 def _run(cmd: list[str], env: dict) -> tuple[float, float, str]:
