@@ -237,3 +237,14 @@ def test_bucket_output_lock_refuses_a_second_run(s3, tmp_path):
     _one_line(r, "s3://runs/locked is in use by another run", f"pid {os.getpid()}",
               "tokenmill run other.yaml")
     assert json.loads(s3.objects("runs", "locked")[".tokenmill.lock"]) == holder
+
+
+def test_messages_never_name_credentials():
+    """A URL's ``user:password@`` part is left out of every storage error line."""
+    from tokenmill import storage
+
+    assert storage.redact("see https://me:s3cret@host/x and s3://b/k") == \
+        "see https://host/x and s3://b/k"
+    line = str(storage.error("https://me:s3cret@host/x",
+                             OSError("denied https://me:s3cret@host/x"), "read"))
+    assert "s3cret" not in line and line.startswith("https://host/x: cannot read")
