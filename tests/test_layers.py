@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "cliargs": 0,
     "boundedyaml": 0,
     "outputlock": 0,
+    "storage": 0,
     "errors": 0,
     "failures": 0,
     "raysession": 0,

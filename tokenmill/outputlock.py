@@ -11,6 +11,13 @@ host is never taken over: its holder cannot be checked from here.
 A process may take the lock of a folder it already holds (nested calls: the command and
 the library function both take it). A top-level helper: it imports nothing from
 tokenmill's packages.
+
+An output folder in an object store (a URL, :mod:`tokenmill.storage`) has a lock object
+at the same name, with the same holder record and the same stale rule. A store has no
+create-if-absent here, so the lock is written when absent and then read back: two runs
+started within the same moment may both find themselves holding it. It guards against the
+common mistake (a second run on a busy folder), not against a race; a lock object whose
+holder ran on another host is never taken over (delete it by hand once that run is gone).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from tokenmill import storage
 
 LOCK_NAME = ".tokenmill.lock"
 
@@ -94,13 +103,50 @@ def _read_holder(path: Path) -> dict | None:
         return {}
 
 
-def acquire(out_dir: str | os.PathLike) -> Path:
-    """Take the lock of ``out_dir`` (created if missing); returns the lock file's path.
+def _acquire_url(url: str) -> str:
+    """:func:`acquire` for an output folder in an object store (see the module's note)."""
+    storage.check_bucket(url)
+    key = storage.join(url, LOCK_NAME)
+    if key in _held:
+        _held[key] += 1
+        return key
+    for _ in range(5):
+        holder = _read_url_holder(key)
+        if holder is None or (holder and holder.get("host") == socket.gethostname()
+                              and not _alive(holder)):
+            mine = _me()
+            storage.write_bytes(key, json.dumps(mine).encode())
+            time.sleep(0.2)  # a run that wrote at the same moment shows up in the read
+            if _read_url_holder(key) == mine:
+                _held[key] = 1
+                return key
+            continue
+        raise OutputLockedError(f"output folder {storage.redact(url)} is in use by another "
+                                f"run: {_describe(holder, Path(storage.redact(key)))}")
+    raise OutputLockedError(f"output folder {storage.redact(url)}: could not take its lock")
+
+
+def _read_url_holder(key: str) -> dict | None:
+    """The lock object's holder, ``None`` when there is no lock object."""
+    if not storage.exists(key):
+        return None
+    try:
+        return json.loads(storage.read_bytes(key) or b"{}")
+    except ValueError:
+        return {}
+
+
+def acquire(out_dir: str | os.PathLike) -> Path | str:
+    """Take the lock of ``out_dir`` (created if missing); returns the lock file's path
+    (for an object-store URL, the lock object's URL).
 
     Raises:
         OutputLockedError: another live run holds it (one line naming pid, host, since
             when and its command).
+        StorageError: an object-store folder cannot be reached (one line naming it).
     """
+    if storage.is_url(out_dir):
+        return _acquire_url(storage.normalize(out_dir))
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
@@ -135,13 +181,18 @@ def _age(path: Path) -> float:
         return 0.0
 
 
-def release(path: Path) -> None:
+def release(path: Path | str) -> None:
     """Give back a lock taken by :func:`acquire` (the file goes at the outermost release)."""
     depth = _held.get(str(path), 0) - 1
     if depth > 0:
         _held[str(path)] = depth
         return
     _held.pop(str(path), None)
+    if storage.is_url(path):
+        holder = _read_url_holder(str(path))
+        if holder and holder.get("pid") == os.getpid():
+            storage.remove(str(path))
+        return
     holder = _read_holder(path)
     if holder and holder.get("pid") == os.getpid():
         with contextlib.suppress(FileNotFoundError):
@@ -149,7 +200,7 @@ def release(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def output_lock(out_dir: str | os.PathLike) -> Iterator[Path]:
+def output_lock(out_dir: str | os.PathLike) -> Iterator[Path | str]:
     """Hold the lock of ``out_dir`` for the ``with`` block (see :func:`acquire`)."""
     path = acquire(out_dir)
     try:

@@ -44,9 +44,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Environment variables every Ray worker must see as the driver does.
+#: Environment variables every Ray worker must see as the driver does: where tokenizer
+#: files and Hub caches are, and which object store to reach (endpoint, region; never a
+#: credential: a runtime environment is visible in Ray's dashboard, so credentials come
+#: from each node's own environment, instance role or profile)
 WORKER_ENV = ("TIKTOKEN_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE",
-              "HF_DATASETS_OFFLINE", "TOKENMILL_DATA_ROOT", "TOKENMILL_TASK_DELAY_S")
+              "HF_DATASETS_OFFLINE", "TOKENMILL_DATA_ROOT", "TOKENMILL_TASK_DELAY_S",
+              "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+              "AWS_EC2_METADATA_DISABLED", "NO_GCE_CHECK")
 
 
 class _DropAuthNotice(logging.Filter):

@@ -26,7 +26,8 @@ def _run(args: argparse.Namespace) -> int:
     datamix = args.datamix
     cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
     local = [s for s in cfg.sources if s.path is not None]
-    if local and args.fallback and not Path(cfg.data_root or ".").is_dir():
+    if (local and args.fallback and "://" not in (cfg.data_root or "")
+            and not Path(cfg.data_root or ".").is_dir()):
         print(f"tokenmill: data root {cfg.data_root} is missing (no ../shared/data beside "
               f"this checkout); running the Hub datamix {args.fallback} instead.",
               file=sys.stderr)
@@ -76,9 +77,13 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
             plot_workers: PlotWorkers | None) -> int:
     """After the pipeline: the summary, the report (drawn by ``plot_workers``), the
     Hub-layout text, the output paths; exit status 2 for warnings under ``--strict``."""
+    from tokenmill import storage
     from tokenmill.manifests.summary import summary_table
+    from tokenmill.pipeline.run.staged_output import fetch_outputs, publish, publish_folder
     from tokenmill.pipeline.run.stats import STATS_NAME, stats_table
 
+    local = Path(res.manifest_path).parent  # for an object-store output: its staging copy
+    out = res.output or str(local)
     print()
     print(summary_table(res.manifest))
     print()
@@ -96,27 +101,39 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
             else f"{res.input_bytes:,} bytes")
     print(f"inputs: {sum(len(s.files) for s in res.manifest.sources)} files, {size}, "
           f"sha256 (the resume cache's key) in {res.hash_seconds:.2f} s of task time")
+    if not args.no_report or args.write_text or cfg.write_text:
+        fetch_outputs(out, res.manifest)  # what the report and the text read, on this node
     if not args.no_report:
         from tokenmill.pipeline.report.curation_report import write_report
 
         t0 = time.perf_counter()
-        rep = write_report(Path(res.manifest_path).parent, res.manifest, workers=plot_workers)
-        print(f"report:   {rep.html} ({len(rep.images)} plots, "
+        rep = write_report(local, res.manifest, workers=plot_workers)
+        publish(out, [rep.html, *rep.images])
+        print(f"report:   {_shown(out, local, rep.html)} ({len(rep.images)} plots, "
               f"{time.perf_counter() - t0:.1f} s)")
     if args.write_text or cfg.write_text:
         from tokenmill.pipeline.report.hub_text import write_hub_text
 
-        txt = write_hub_text(Path(res.manifest_path).parent)
-        print(f"text:     {txt.folder} ({txt.documents} documents in {len(txt.files)} parquet "
-              f"files{', unchanged' if txt.reused else ''}; datasets.load_dataset(FOLDER))")
-    print(f"shards:   {Path(res.manifest_path).parent / 'shards'}")
-    print(f"manifest: {res.manifest_path}")
-    print(f"stats:    {Path(res.manifest_path).parent / STATS_NAME} (time per stage)")
+        txt = write_hub_text(local)
+        publish_folder(out, txt.folder)
+        print(f"text:     {_shown(out, local, txt.folder)} ({txt.documents} documents in "
+              f"{len(txt.files)} parquet files{', unchanged' if txt.reused else ''}; "
+              "datasets.load_dataset(FOLDER))")
+    print(f"shards:   {storage.redact(storage.join(out, 'shards'))}")
+    print(f"manifest: {_shown(out, local, Path(res.manifest_path))}")
+    print(f"stats:    {_shown(out, local, local / STATS_NAME)} (time per stage)")
     if args.strict and res.warnings:
         for w in res.warnings:
             print(f"tokenmill: error: {w.message}", file=sys.stderr)
         return 2
     return 0
+
+
+def _shown(out: str, local: Path, path: Path) -> str:
+    """How the output names ``path`` (a file of the staging copy ``local`` of ``out``)."""
+    from tokenmill import storage
+
+    return storage.redact(storage.join(out, path.relative_to(local).as_posix()))
 
 
 def blocks_line(res) -> str:

@@ -43,7 +43,7 @@ from pydantic import (
     model_validator,
 )
 
-from tokenmill import boundedyaml
+from tokenmill import boundedyaml, storage
 from tokenmill.tokenizers import TokenizerIdentity, load_tokenizer
 from tokenmill.tokenizers.bpe_file import BpeFileSpec
 from tokenmill.tokenizers.hf_json import TokenizerJsonSpec
@@ -607,7 +607,9 @@ def load_datamix(
     except Exception as e:
         raise ValueError(f"{path}: invalid datamix file: {e}") from e
     root = data_root or os.environ.get("TOKENMILL_DATA_ROOT") or cfg.data_root
-    if root is not None:
+    if root is not None and storage.is_url(root):
+        cfg.data_root = storage.normalize(root)
+    elif root is not None:
         root_path = Path(root)
         if not root_path.is_absolute() and root == cfg.data_root:
             root_path = path.parent / root_path

@@ -66,7 +66,7 @@ from tokenmill.pipeline.dedup.minhash import (
 )
 from tokenmill.pipeline.dedup.minhash.clusters import verify_estimate, verify_exact
 from tokenmill.pipeline.dedup.minhash.lsh import lsh_params
-from tokenmill.pipeline.run.intermediate import StageOutput, content_hash
+from tokenmill.pipeline.run.intermediate import StageOutput, content_hash, work_file
 from tokenmill.pipeline.run.partition_files import (
     cached,
     fixed_width,
@@ -316,7 +316,7 @@ def join(task: PartitionTask) -> dict[str, Any]:
             cols["detail"] += [jaccard_detail(j, f.exact_check)
                                for j in fz.column("jaccard").to_pylist()]
         if task.earlier is not None:
-            ex = read_partition(run.work + "/" + task.earlier)
+            ex = read_partition(work_file(run.work, task.earlier))
             for c in ("block", "row", "key", "stage"):
                 cols[c] += ex.column(c).to_pylist()
             for kept, detail in zip(ex.column("kept").to_pylist(),

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tokenmill import storage
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.decont.index import contains, ensure_index, load_examples, load_index
 from tokenmill.pipeline.decont.text import (
@@ -58,7 +58,7 @@ def build_kwargs(cfg: DatamixConfig, source: SourceConfig) -> dict[str, Any] | N
     when the datamix has no ``decontamination``."""
     if cfg.decontamination is None:
         return None
-    work = Path(cfg.output_dir or ".").resolve() / "work"
+    work = storage.local_dir(storage.normalize(cfg.output_dir or ".")) / "work"
     index = ensure_index(cfg.decontamination.model_dump(), cfg.data_root, work)
     kwargs: dict[str, Any] = {"index": index, "n": cfg.decontamination.n}
     if cfg.decontamination.mode == "cut":

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokenmill import storage
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.read.card import CardError, front_matter
 from tokenmill.pipeline.read.hub import (
@@ -61,6 +62,10 @@ class ResolvedSource:
     skipped_files: list[str] = field(default_factory=list)
     config: SourceConfig | None = None
     skipped_links: list[SkippedLink] = field(default_factory=list)
+    #: the source's folder URL when it is in an object store (``root`` then holds only its
+    #: card, in this node's staging folder), and its files' sizes in bytes from the listing
+    url: str | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
 
 
 def read_card_license(folder: Path) -> str | None:
@@ -189,7 +194,7 @@ def _hub_split_files(root: Path, src: SourceConfig, commit: str) -> list[str]:
         raise SourceError(f"source {src.name!r}: {e}") from e
 
 
-def _check_text_columns(root: Path, files: list[str], src: SourceConfig) -> None:
+def _check_text_columns(root: Path | str, files: list[str], src: SourceConfig) -> None:
     """Every parquet file of the source holds its text column (read from the footers).
 
     Raises:
@@ -202,7 +207,12 @@ def _check_text_columns(root: Path, files: list[str], src: SourceConfig) -> None
         if not rel.lower().endswith(".parquet"):
             continue
         try:
-            names = pq.read_schema(root / rel).names
+            if storage.is_url(root):
+                fs, path = storage.split(storage.join(str(root), rel))
+                with fs.open(path, "rb") as f:
+                    names = pq.read_schema(f).names
+            else:
+                names = pq.read_schema(Path(root) / rel).names
         except Exception:  # noqa: BLE001 (a corrupt file is quarantined by its reader)
             continue
         if column not in names:
@@ -239,6 +249,8 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
             raise SourceError(f"source {src.name!r}: could not fetch Hub dataset {src.hub} "
                               f"({type(e).__name__}: {e})") from e
         origin = hub_origin(src)
+    elif storage.is_url(src.path) or storage.is_url(cfg.data_root or ""):
+        return _resolve_url_source(cfg, src)
     else:
         base = (Path(cfg.data_root) if cfg.data_root else Path.cwd()).resolve()
         root = (base / src.path).resolve()
@@ -271,6 +283,66 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
         per_document_license=src.document_license is not None, files=files,
         skipped_files=skipped, config=src, skipped_links=links,
     )
+
+
+def _resolve_url_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
+    """A source folder in an object store (``path`` a URL, or relative to a URL data
+    root): listed there, its card copied to this node's staging folder; the manifest's
+    ``origin`` is its URL (without credentials).
+
+    Raises:
+        SourceError: one line naming the source and its URL (no bucket, access denied,
+            no such folder, no license, no data files).
+    """
+    if storage.is_url(src.path):
+        url = storage.normalize(src.path)
+    elif ".." in Path(src.path).parts or Path(src.path).is_absolute():
+        raise SourceError(f"source {src.name!r}: path {src.path!r} must stay inside the "
+                          f"data root {storage.redact(cfg.data_root or '')}")
+    else:
+        url = storage.join(cfg.data_root or "", src.path)
+    try:
+        storage.check_bucket(url)
+        listing = storage.list_tree(url)
+    except storage.StorageError as e:
+        raise SourceError(f"source {src.name!r}: {e}") from None
+    if not listing:
+        raise SourceError(f"source {src.name!r}: folder {storage.redact(url)} does not exist "
+                          "or holds no files")
+    root = storage.local_dir(url)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / _CARD).unlink(missing_ok=True)  # never an earlier run's copy
+    if _CARD in listing:
+        try:
+            storage.download(storage.join(url, _CARD), root / _CARD)
+        except storage.StorageError as e:
+            raise SourceError(f"source {src.name!r}: {e}") from None
+    card_license = read_card_license(root)
+    license_ = (src.license or card_license or "").lower()
+    if not license_:
+        raise MissingLicenseError(f"source {src.name!r}: no license in "
+                                  f"{storage.redact(storage.join(url, _CARD))} and none set in "
+                                  "the datamix file", card=Path(storage.redact(url)) / _CARD)
+    rels = [r for r in listing if r != _CARD and not any(
+        part.startswith(".") for part in r.split("/"))]
+    files = [r for r in rels if is_data_file(r)]
+    skipped = [printable_name(r) for r in rels if not is_data_file(r)]
+    if src.allow_patterns:
+        import fnmatch
+
+        files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
+    if not files:
+        raise SourceError(f"source {src.name!r}: no readable data files under "
+                          f"{storage.redact(url)}")
+    try:
+        _check_text_columns(url, files, src)
+    except storage.StorageError as e:
+        raise SourceError(f"source {src.name!r}: {e}") from None
+    return ResolvedSource(
+        name=src.name, root=root, origin=storage.redact(url), revision=None,
+        license=license_, per_document_license=src.document_license is not None,
+        files=files, skipped_files=skipped, config=src, url=url,
+        sizes={f: listing[f] for f in files})
 
 
 class SourceLicenseError(SourceError, LicenseError):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokenmill import storage
 from tokenmill.manifests.schema import (
     MANIFEST_NAME,
     CurationWarning,
@@ -55,7 +56,7 @@ from tokenmill.pipeline.run.intermediate import content_hash
 from tokenmill.pipeline.run.prepare_task import PrepareTask, prepare_unit
 from tokenmill.pipeline.run.removals import decide_global
 from tokenmill.pipeline.run.shard_writer import WriteSourceTask, write_source
-from tokenmill.pipeline.run.stats import RunStats
+from tokenmill.pipeline.run.stats import STATS_NAME, RunStats
 from tokenmill.pipeline.run.tasks import run_each, run_each_timed
 from tokenmill.pipeline.run.tokenize_task import TokenizeTask, tokenize_block
 from tokenmill.raysession import cluster_cpus, ray_session
@@ -87,7 +88,7 @@ class Unit:
 
 @dataclass
 class RunResult:
-    manifest_path: Path
+    manifest_path: Path  # on this node (for an object-store output: its staging copy)
     manifest: DatamixManifest
     seconds: float
     reused_units: int  # blocks whose prepare and tokenize outputs were both reused
@@ -101,6 +102,7 @@ class RunResult:
     hash_seconds: float = 0.0  # task time spent hashing them (summed over tasks)
     #: CPU time per stage and wall time per phase (what ``stats.json`` holds)
     stats: RunStats = field(default_factory=RunStats.empty)
+    output: str = ""  # the output folder: a local path or an object-store URL
 
     @property
     def warnings(self) -> list[CurationWarning]:
@@ -126,7 +128,7 @@ def row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
     sizes = {}
     for f in rows:
         try:
-            sizes[f] = (src.root / f).stat().st_size
+            sizes[f] = src.sizes[f] if src.url else (src.root / f).stat().st_size
         except OSError:
             sizes[f] = SMALL_FILE_BYTES  # its task reports it; planned alone
     if sum(1 for n in sizes.values() if n < SMALL_FILE_BYTES) < GROUP_MIN_FILES:
@@ -181,35 +183,36 @@ def run_datamix(
     t0 = time.perf_counter()
     tok = cfg.tokenizer_identity()  # fails early when the tokenizer files are missing
     sources = resolve_sources(cfg)
-    out_dir = Path(cfg.output_dir).resolve()
+    out = storage.normalize(cfg.output_dir)  # a local folder or an object-store URL
     plan = plan_units(cfg, sources)
     stats = RunStats.empty()
     stats.phases["plan"] = time.perf_counter() - t0
-    with output_lock(out_dir), ray_session(ray_address, num_cpus):
+    with output_lock(out), ray_session(ray_address, num_cpus):
         stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
         stats.cpus = cluster_cpus()
-        return _execute(cfg, tok, sources, plan, out_dir, progress, t0, stats)
+        return _execute(cfg, tok, sources, plan, out, progress, t0, stats)
 
 
 def tokenizer_change(cfg: DatamixConfig) -> str | None:
     """One line when ``cfg``'s output folder holds a manifest made with another tokenizer
     identity than the one this run loads (its shards would be re-tokenized and the manifest
     would record the new identity); ``None`` otherwise (no manifest, same tokenizer)."""
-    path = Path(cfg.output_dir).resolve() / MANIFEST_NAME
+    path = storage.join(storage.normalize(cfg.output_dir), MANIFEST_NAME)
     try:
         recorded = TokenizerIdentity.model_validate(
-            json.loads(path.read_text(encoding="utf-8"))["tokenizer"])
-    except (OSError, ValueError, KeyError, TypeError):
+            json.loads(storage.read_bytes(path).decode("utf-8"))["tokenizer"])
+    except (OSError, ValueError, KeyError, TypeError, storage.StorageError):
         return None  # no earlier manifest, or one that cannot say
     loaded = cfg.tokenizer_identity()
     if same_tokenizer(recorded, loaded):
         return None
-    return (f"output folder {path.parent} holds data made with tokenizer {recorded.short()}, "
+    folder = storage.redact(path.rsplit("/", 1)[0])
+    return (f"output folder {folder} holds data made with tokenizer {recorded.short()}, "
             f"this run loads {loaded.short()}: every shard is re-tokenized and its manifest "
             f"will record {loaded.short()}")
 
 
-def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool,
+def _prepare(cfg: DatamixConfig, plan: list[Unit], work: str, progress: bool,
              stats: RunStats) -> list[Block]:
     """Hash + read + document stages + global stages' columns, per unit on Ray (their
     CPU time added to ``stats``)."""
@@ -217,7 +220,7 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool,
     for u in plan:
         sc = u.source.config
         specs.append(PrepareTask(
-            work=str(work), source=u.source.name, root=str(u.source.root),
+            work=work, source=u.source.name, root=u.source.url or str(u.source.root),
             files=tuple(u.files), text_field=sc.text_key,
             max_document_bytes=cfg.max_document_bytes, limit=sc.max_documents,
             block_documents=cfg.block_documents,
@@ -236,25 +239,15 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: Path, progress: bool,
             for u, res in zip(plan, per_unit, strict=True) for b in res["blocks"]]
 
 
-def _decide(cfg: DatamixConfig, blocks: list[Block], work: Path, progress: bool,
+def _decide(cfg: DatamixConfig, blocks: list[Block], work: str, progress: bool,
             stats: RunStats) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The global stages' decisions, in order, in hash partitions on Ray
     (:func:`~tokenmill.pipeline.run.removals.decide_global`): per block its removals
     file's digest, and the stages' manifest records by stage name."""
     src = cfg.sources[0]  # global stages are configured per datamix, not per source
     global_stages = [c.build() for c in stage_list.calls(cfg, src, "global")]
-    cpu: dict[str, float] = {}
-    out = decide_global(str(work), [b.prepare_digest for b in blocks], global_stages,
-                        cfg.dedup.partitions, progress, cpu)
-    docs = sum(b.prepare_info["docs"] for b in blocks)
-    for name, seconds in cpu.items():  # a stage's columns counted its blocks already
-        gather = name == "removals"
-        stats.row(name).add(seconds, docs if gather else 0, blocks=len(blocks) if gather else 0)
-    return out
-
-
 def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
-              removals: list[dict[str, Any]], work: Path, progress: bool,
+              removals: list[dict[str, Any]], work: str, progress: bool,
               stats: RunStats) -> None:
     """The block stage (tokenize), per block on Ray; each task reads its block's removals."""
     call, = stage_list.calls(cfg, cfg.sources[0], "block")
@@ -264,8 +257,8 @@ def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
     for b, dups in zip(blocks, removals, strict=True):
         b.tokenize_digest = content_hash(call.name, fingerprint, tok.model_dump(),
                                          b.prepare_digest, dups["content"])
-        specs.append(TokenizeTask(str(work), b.tokenize_digest, b.prepare_digest,
-                                  b.source.name, str(work / "dedup"), dups["removals"],
+        specs.append(TokenizeTask(work, b.tokenize_digest, b.prepare_digest,
+                                  b.source.name, storage.join(work, "dedup"), dups["removals"],
                                   call, meta))
     infos = run_each(tokenize_block, specs, "tokenize", progress)
     for b, info in zip(blocks, infos, strict=True):
@@ -275,18 +268,19 @@ def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
 
 
 def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSource],
-           blocks: list[Block], out_dir: Path, progress: bool, stats: RunStats
+           blocks: list[Block], out: str, progress: bool, stats: RunStats
            ) -> list[dict[str, Any]]:
     """The source stage (shard writing), per source on Ray."""
     # From here the shards change: a manifest of an earlier run must not sit beside them
     # (a crash now leaves no manifest, never a manifest that lies).
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    _remove_stale_sources(out_dir, {s.name for s in sources})
+    storage.remove(storage.join(out, MANIFEST_NAME))
+    (storage.local_dir(out) / MANIFEST_NAME).unlink(missing_ok=True)
+    _remove_stale_sources(out, {s.name for s in sources})
     specs = []
     for src in sources:
         call, = stage_list.calls(cfg, src.config, "source")
         specs.append(WriteSourceTask(
-            work=str(out_dir / "work"), output_dir=str(out_dir), source=src.name,
+            work=storage.join(out, "work"), output_dir=out, source=src.name,
             units=tuple((b.prepare_digest, b.tokenize_digest)
                         for b in blocks if b.source is src),
             shards=call.build(), shard_version=version_for_vocab(tok.n_vocab),
@@ -299,8 +293,8 @@ def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSou
     return [w for w, _ in written]
 
 
-def _execute(cfg, tok, sources, plan, out_dir, progress, t0, stats: RunStats) -> RunResult:
-    work = out_dir / "work"
+def _execute(cfg, tok, sources, plan, out, progress, t0, stats: RunStats) -> RunResult:
+    work = storage.join(out, "work")
     lap = _lap_clock(stats)
     blocks = _prepare(cfg, plan, work, progress, stats)
     lap("prepare")
@@ -308,7 +302,7 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0, stats: RunStats) ->
     lap("decide")
     _tokenize(cfg, tok, blocks, removals, work, progress, stats)
     lap("tokenize")
-    written = _write(cfg, tok, sources, blocks, out_dir, progress, stats)
+    written = _write(cfg, tok, sources, blocks, out, progress, stats)
     lap("write")
     entries: list = []
     warnings: list[CurationWarning] = []
@@ -323,16 +317,23 @@ def _execute(cfg, tok, sources, plan, out_dir, progress, t0, stats: RunStats) ->
         name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(), tokenizer=tok,
         sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
         warnings=warnings, **records)
+    out_dir = storage.local_dir(out)
     path = manifest.write(out_dir)
-    measures.write_records(work / "measures", {
+    measures.write_records(out_dir / "work" / "measures", {
         src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
         for src in sources})
+    if storage.is_url(out):  # the records, then the manifest: the run's commit, last
+        storage.upload_tree(out_dir / "work" / "measures", storage.join(out, "work", "measures"))
+        storage.upload(path, storage.join(out, MANIFEST_NAME))
     lap("manifest")
     res = _result(path, manifest, blocks, time.perf_counter() - t0)
+    res.output = out
     res.input_bytes = sum(f.size for e in entries for f in e.files)
     res.hash_seconds = sum(u.hash_seconds for u in plan)
     stats.wall_seconds = res.seconds
     stats.write(out_dir)  # beside the manifest, never in it: times differ between runs
+    if storage.is_url(out):
+        storage.upload(out_dir / STATS_NAME, storage.join(out, STATS_NAME))
     res.stats = stats
     return res
 
@@ -383,9 +384,18 @@ def _result(path: Path, manifest: DatamixManifest, blocks: list[Block],
     return res
 
 
-def _remove_stale_sources(out_dir: Path, names: set[str]) -> None:
+def _remove_stale_sources(out: str, names: set[str]) -> None:
     """Shards and quarantine files of sources this datamix no longer has are deleted, so
     that a glob over ``shards/`` (as modded-nanogpt's loader does) finds only this run's."""
+    if storage.is_url(out):
+        for rel in storage.list_tree(storage.join(out, "shards")):
+            if "/" in rel and rel.split("/", 1)[0] not in names:
+                storage.remove(storage.join(out, "shards", rel))
+        for rel in storage.list_tree(storage.join(out, "quarantine")):
+            if rel.endswith(".parquet") and rel.removesuffix(".parquet") not in names:
+                storage.remove(storage.join(out, "quarantine", rel))
+        return
+    out_dir = Path(out)
     for p in sorted((out_dir / "shards").glob("*")):
         if p.is_dir() and p.name not in names:
             log.warning("removing shards of a source no longer in the datamix: %s", p)

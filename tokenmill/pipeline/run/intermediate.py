@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill import storage
 from tokenmill.atomic import atomic_open, atomic_write_text, sha256_file
 
 log = logging.getLogger(__name__)
@@ -35,28 +36,37 @@ class StageOutput:
     """The files of one (stage, unit) output under ``work/<stage>/``."""
 
     def __init__(self, work: str | os.PathLike, stage: str, digest: str) -> None:
-        self.dir = Path(work) / stage
+        self.dir = storage.local_dir(work) / stage
+        #: the output's folder in the object store (``None``: ``work`` is local)
+        self.remote = storage.join(work, stage) if storage.is_url(work) else None
         self.digest = digest
         self.problem: str | None = None  # why an existing output was not reusable
 
     def path(self, suffix: str) -> Path:
-        return self.dir / f"{self.digest}{suffix}"
+        """The local file of ``suffix`` (downloaded first when only the store has it)."""
+        p = self.dir / f"{self.digest}{suffix}"
+        if self.remote is not None and not p.exists():
+            storage.fetch(f"{self.remote}/{p.name}", p)
+        return p
 
     @property
     def done_path(self) -> Path:
-        return self.path(".done.json")
+        return self.dir / f"{self.digest}.done.json"
 
     def load_done(self) -> dict[str, Any] | None:
         """The done record if this output is complete and intact, else ``None``.
 
         Corrupt or missing files are logged by path (they will be recomputed).
         """
+        if self.remote is not None:  # the store's record is the commit: always read anew
+            self.done_path.unlink(missing_ok=True)
+            storage.fetch(f"{self.remote}/{self.done_path.name}", self.done_path)
         if not self.done_path.exists():
             return None
         try:
             done = json.loads(self.done_path.read_text())
             for name, digest in done["files"].items():
-                p = self.dir / name
+                p = self.path(name.removeprefix(self.digest))
                 if not p.exists():
                     self.problem = f"{p}: missing"
                     log.warning("intermediate %s is missing; recomputing", p)
@@ -75,8 +85,22 @@ class StageOutput:
         """Record ``files`` (suffixes) with their sha256 and ``info``; written last."""
         done = {"files": {self.path(s).name: sha256_file(self.path(s)) for s in files},
                 "info": info}
-        atomic_write_text(self.done_path, json.dumps(done, sort_keys=True))
+        text = json.dumps(done, sort_keys=True)
+        if self.remote is not None:  # content first, the record last
+            for s in files:
+                storage.upload(self.path(s), f"{self.remote}/{self.path(s).name}")
+            storage.write_bytes(f"{self.remote}/{self.done_path.name}", text.encode())
+        atomic_write_text(self.done_path, text)
         return done
+
+
+def work_file(work: str, rel: str) -> Path:
+    """The local file of ``rel`` (a posix path under ``work``), downloaded first when
+    ``work`` is a URL and this node has no copy yet."""
+    p = storage.local_dir(work) / rel
+    if storage.is_url(work) and not p.exists():
+        storage.fetch(storage.join(work, rel), p)
+    return p
 
 
 def write_parquet(path: Path, table: pa.Table) -> None:

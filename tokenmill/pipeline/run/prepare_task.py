@@ -29,7 +29,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill import storage
 from tokenmill.atomic import sha256_file
 from tokenmill.pipeline.document import measures
 from tokenmill.pipeline.read.readers import is_whole_file, printable_name, read_file
@@ -65,7 +66,9 @@ class PrepareTask:
 
     Attributes:
         work: the ``work/`` folder of the outputs.
-        source, root, files: the source's name, its folder, the unit's files (relative).
+        source, root, files: the source's name, its folder (a local path or a URL:
+            the task then downloads the unit's files to this node's staging folder),
+            the unit's files (relative).
         text_field, max_document_bytes, limit: the reader's settings.
         block_documents: rows per block.
         stages, globals: the source's document and global stages, in stage order.
@@ -178,6 +181,19 @@ def prepare_unit(spec: PrepareTask) -> dict[str, Any]:
     quarantined).
     """
     fault_injection_delay()
+    if storage.is_url(spec.root):  # a source in an object store: this unit's files, here
+        staged = storage.local_dir(spec.root)
+        try:
+            for rel in spec.files:
+                storage.download(storage.join(spec.root, rel), staged / rel)
+            return _prepare_local(replace(spec, root=str(staged)))
+        finally:
+            for rel in spec.files:
+                (staged / rel).unlink(missing_ok=True)
+    return _prepare_local(spec)
+
+
+def _prepare_local(spec: PrepareTask) -> dict[str, Any]:
     t0, cpu0 = time.perf_counter(), time.process_time()
     files = hash_files(spec.root, list(spec.files))
     hash_seconds = time.perf_counter() - t0

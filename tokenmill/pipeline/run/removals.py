@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tokenmill.pipeline.run.intermediate import StageOutput, content_hash, write_parquet
+from tokenmill import storage
+from tokenmill.pipeline.run.intermediate import (
+    StageOutput,
+    content_hash,
+    work_file,
+    write_parquet,
+)
 from tokenmill.pipeline.run.partition_files import cached, read_partitions
 from tokenmill.pipeline.run.tasks import batch_cpu_seconds, run_batches
 from tokenmill.pipeline.stage import GlobalContext, GlobalDecision, GlobalStage
@@ -45,7 +50,7 @@ def read_removals(work: str, files: tuple[str, ...], block: int) -> pa.Table:
     """The rows of block ``block`` in the removal ``files`` (columns :data:`REMOVALS`)."""
     if not files:
         return REMOVALS.empty_table()
-    return read_partitions([Path(work) / f for f in files], block)
+    return read_partitions([work_file(work, f) for f in files], block)
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     """
     if parts < 1:
         raise ValueError(f"dedup partitions must be >= 1, got {parts}")
-    work = str(Path(prepare_work) / "dedup")
+    work = storage.join(prepare_work, "dedup")
     decision: GlobalDecision | None = None
     records: dict[str, Any] = {}
     cpu = {} if cpu is None else cpu

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tokenmill import storage
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.shards import sidecar_path, write_shard
 from tokenmill.pipeline.run import quarantine
@@ -78,7 +79,8 @@ class WriteSourceTask:
 
     Attributes:
         work: the ``work/`` folder of the blocks' outputs.
-        output_dir: where ``shards/`` and ``quarantine/`` go.
+        output_dir: where ``shards/`` and ``quarantine/`` go (a local folder, or a URL:
+            written in this node's staging folder, then uploaded).
         source: the source's name.
         units: ``(prepare digest, tokenize digest)`` of its blocks, in order.
         shards: the stage's settings.
@@ -174,13 +176,29 @@ def _remove_stale_shards(shard_dir: Path, shards: list[dict[str, Any]]) -> None:
             os.unlink(p)
 
 
+def _upload(spec: WriteSourceTask, out_dir: Path, shards: list[dict[str, Any]],
+            qpath: Path) -> None:
+    """Upload the source's shards, sidecars and quarantine file, and delete the store's
+    shards of this source that the new set does not have. Committed by the manifest the
+    driver writes last, which lists every one with its sha256."""
+    names = [s["path"] for s in shards]
+    names += [sidecar_path(out_dir / n).relative_to(out_dir).as_posix() for n in names]
+    storage.upload_tree(out_dir, spec.output_dir,
+                        [*names, qpath.relative_to(out_dir).as_posix()])
+    remote = storage.join(spec.output_dir, "shards", spec.source)
+    keep = {n.rsplit("/", 1)[-1] for n in names}
+    for rel in storage.list_tree(remote):
+        if rel not in keep:
+            storage.remove(storage.join(remote, rel))
+
+
 def write_source(spec: WriteSourceTask) -> dict[str, Any]:
     """Write one source's shards, sidecars and quarantine file.
 
     Returns the shard entries (paths relative to output_dir), the quarantine entry and
     the ``validation`` record.
     """
-    out_dir = Path(spec.output_dir)
+    out_dir = storage.local_dir(spec.output_dir)  # for a URL: this node's staging folder
     shard_dir = out_dir / "shards" / spec.source
     shard_dir.mkdir(parents=True, exist_ok=True)
     to_val, validation = _val_additions(spec)
@@ -212,6 +230,8 @@ def write_source(spec: WriteSourceTask) -> dict[str, Any]:
     qpath = out_dir / "quarantine" / f"{spec.source}.parquet"
     qpath.parent.mkdir(parents=True, exist_ok=True)
     quarantine.write_quarantine(qpath, qtable)
+    if storage.is_url(spec.output_dir):
+        _upload(spec, out_dir, shards, qpath)
     return {
         "shards": shards,
         "quarantine": {"path": qpath.relative_to(out_dir).as_posix(), "rows": qtable.num_rows,

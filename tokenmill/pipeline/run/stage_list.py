@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from tokenmill import storage
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
@@ -153,12 +154,17 @@ def _for_sources(key: str) -> Build:
     return build
 
 
+def _local_work(cfg: DatamixConfig) -> Path:
+    """This node's ``work/`` folder of the run (for an object-store output: in staging)."""
+    return storage.local_dir(storage.normalize(cfg.output_dir or ".")) / "work"
+
+
 def _classifier(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     kw = _for_sources("classifier")(cfg, src)
     if kw is None:
         return None
     model = kw["model"]
-    kw["model"] = (local_copy(model, Path(cfg.output_dir or ".").resolve() / "work" / "downloads",
+    kw["model"] = (local_copy(model, _local_work(cfg) / "downloads",
                               "classifier model") if is_url(model) else cfg.resolve(model))
     kw.pop("top_fraction", None)  # a global decision (classifier_top): here, scores only
     return {**kw, "digest": cached_files_digest([kw["model"]])}
