@@ -246,6 +246,16 @@ def _decide(cfg: DatamixConfig, blocks: list[Block], work: str, progress: bool,
     file's digest, and the stages' manifest records by stage name."""
     src = cfg.sources[0]  # global stages are configured per datamix, not per source
     global_stages = [c.build() for c in stage_list.calls(cfg, src, "global")]
+    cpu: dict[str, float] = {}
+    out = decide_global(work, [b.prepare_digest for b in blocks], global_stages,
+                        cfg.dedup.partitions, progress, cpu)
+    docs = sum(b.prepare_info["docs"] for b in blocks)
+    for name, seconds in cpu.items():  # a stage's columns counted its blocks already
+        gather = name == "removals"
+        stats.row(name).add(seconds, docs if gather else 0, blocks=len(blocks) if gather else 0)
+    return out
+
+
 def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
               removals: list[dict[str, Any]], work: str, progress: bool,
               stats: RunStats) -> None:
