@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tokenmill.train.config import TrainConfig, TrainConfigError
+from tokenmill.train.targets import TokenTables
 from tokenmill.train.train import Run, prefix_aux_weight_at
 
 
@@ -52,7 +53,7 @@ def test_trainer_feeds_the_scheduled_weight() -> None:
 
     cfg = _cfg(prefix_aux_weight=0.25, prefix_aux_schedule="anneal")
     run = SimpleNamespace(loader=Loader(), device=torch.device("cpu"), cfg=cfg,
-                          prefix=torch.full((8,), -1), side={},
+                          tables=TokenTables(prefix=torch.full((8,), -1)), side={},
                           step=60)
     _, _, kw = Run.next_inputs(run)  # type: ignore[arg-type]
     assert kw["aux_weight"] == pytest.approx(0.1)
