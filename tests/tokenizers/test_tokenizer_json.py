@@ -99,6 +99,24 @@ def test_every_document_of_every_corpus_encodes_as_tokenizers_does(which, corpus
     print(f"{which}: {len(corpus_docs):,} documents, {n:,} tokens, all equal")
 
 
+def test_an_nfc_normalizer_is_taken_for_the_nfc_text_curation_tokenizes(gpt2_json, tmp_path,
+                                                                        corpus_docs):
+    """GPT-NeoX and Qwen put NFC before the split: converted, the tokenizer encodes the
+    documents as ``tokenizers`` does once they are NFC, which the normalize stage makes
+    every document before it is tokenized."""
+    import unicodedata
+
+    from tokenmill.pipeline.read.normalize import normalize_text
+
+    doc = _mutated(gpt2_json, lambda d: d.update(normalizer={"type": "NFC"}))
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    texts = [normalize_text(t) for _, t in corpus_docs[::50]]
+    texts.append(normalize_text("Cafe\u0301 \u212b and e\u0301 combined"))
+    assert all(unicodedata.is_normalized("NFC", t) for t in texts)
+    assert _assert_same(path, "hf-nfc", texts) > 100_000
+
+
 def _mutated(gpt2_json, change):
     doc = json.loads(gpt2_json.read_text(encoding="utf-8"))
     change(doc)
@@ -110,7 +128,9 @@ def _mutated(gpt2_json, change):
      "SentencePiece Unigram model"),
     (lambda d: d.update(model={"type": "WordPiece", "vocab": {"a": 0}}), "WordPiece model"),
     (lambda d: d["model"].update(byte_fallback=True), "byte_fallback"),
-    (lambda d: d.update(normalizer={"type": "NFC"}), "normalizer NFC changes the text"),
+    (lambda d: d.update(normalizer={"type": "NFKC"}), "normalizer NFKC changes the text"),
+    (lambda d: d.update(normalizer={"type": "Sequence", "normalizers": [
+        {"type": "NFC"}, {"type": "Lowercase"}]}), "normalizer Sequence changes the text"),
     (lambda d: d["pre_tokenizer"].update(add_prefix_space=True), "add_prefix_space"),
     (lambda d: d.update(pre_tokenizer={"type": "Metaspace"}), "pre-tokenizer Metaspace"),
     (lambda d: d["added_tokens"].append({"id": 50257, "content": "<pad>", "special": False}),

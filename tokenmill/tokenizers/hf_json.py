@@ -13,7 +13,10 @@ tiktoken itself reads GPT-2's ``encoder.json`` + ``vocab.bpe``
 
 What tiktoken cannot do is refused in one line saying why: another model (Unigram /
 SentencePiece, WordPiece, WordLevel), ``byte_fallback``, subword prefixes or suffixes,
-dropout, a normalizer (it changes the text before splitting), a pre-tokenizer that adds a
+dropout, a normalizer other than NFC (it changes the text before splitting; NFC alone is
+taken, as GPT-NeoX's and Qwen's, because curation's normalize stage makes every document
+NFC before it is tokenized: text given to tokenmill's encoder by hand, such as an n-gram
+query, is then the caller's to normalize), a pre-tokenizer that adds a
 space or splits otherwise, and added tokens that are not special (they split ordinary
 text). Special tokens become tiktoken special tokens; tokenmill encodes documents as
 ordinary text (``encode_ordinary``), so a special token's text inside a document is text.
@@ -123,9 +126,19 @@ def _check_model(model: dict, normalizer: dict | None) -> None:
     for key in ("continuing_subword_prefix", "end_of_word_suffix", "dropout"):
         if model.get(key):
             raise NotConvertible(f"BPE {key}={model[key]!r}: tiktoken has no such option")
-    if normalizer is not None:
+    if normalizer is not None and not _is_nfc(normalizer):
         raise NotConvertible(f"normalizer {normalizer.get('type')} changes the text before "
-                             "it is split; tiktoken has no normalizer")
+                             "it is split; tiktoken has no normalizer (only NFC is taken: "
+                             "curation normalizes every document to NFC first)")
+
+
+def _is_nfc(normalizer: dict) -> bool:
+    """Whether ``normalizer`` is Unicode NFC alone (GPT-NeoX's, Qwen's): a no-op on the
+    text tokenmill tokenizes, which its normalize stage has made NFC already."""
+    if normalizer.get("type") == "Sequence":
+        steps = normalizer.get("normalizers") or []
+        return bool(steps) and all(_is_nfc(n) for n in steps)
+    return normalizer.get("type") == "NFC"
 
 
 def _merge_pair(m) -> tuple[str, str]:
