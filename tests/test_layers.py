@@ -2,7 +2,7 @@
 
 Imports go one way only,
 
-    top-level helpers (tokenmill/atomic.py, cliargs.py, errors.py, raysession.py)
+    top-level helpers (tokenmill/atomic.py, cliargs.py, errors.py, raysession.py, suffixarray.py)
       < tokenizers < manifests < pipeline, ngram < train < cli.py
 
 A module imports its own package and the layers below it; ``pipeline`` and ``ngram`` never
@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "failures": 0,
     "raysession": 0,
+    "suffixarray": 0,
     "tokenizers": 1,
     "manifests": 2,
     "pipeline": 3,

@@ -16,7 +16,7 @@ from tokenmill.ngram import lem_ray as P
 from tokenmill.ngram.lem import OnlineLEM
 from tokenmill.ngram.lem_chunks import lem_chunk_position, plan_chunks
 from tokenmill.ngram.precompute import precompute_lem
-from tokenmill.ngram.suffixarray import byte_code, sa_rank_lcp, suffix_array
+from tokenmill.suffixarray import byte_code, sa_rank_lcp, suffix_array
 
 EOT = 50256
 

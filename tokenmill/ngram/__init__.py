@@ -15,8 +15,8 @@
 * :mod:`tokenmill.ngram.precompute` — ``precompute_lem``: the same features of a whole
   stream ahead of time, by the chunk algorithm of :mod:`tokenmill.ngram.lem_chunks` (in
   process) or its Ray and shared-memory execution (:mod:`tokenmill.ngram.lem_ray`).
-* :mod:`tokenmill.ngram.suffixarray` — suffix arrays and LCP arrays (libdivsufsort), the one
-  place suffixes are sorted (index, counts, LEM precompute).
+* :mod:`tokenmill.suffixarray` — suffix arrays and LCP arrays (libdivsufsort), the one
+  place suffixes are sorted (index, counts, LEM precompute, substring dedup).
 * :mod:`tokenmill.ngram.ngramfeat` — the n-gram model's top-m candidates per position.
 * :mod:`tokenmill.ngram.sidechannel` — a mix's token stream and the side channels written
   beside it (``tokenmill ngram lem`` / ``ngram features``).

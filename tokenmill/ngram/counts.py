@@ -53,8 +53,8 @@ import numpy as np
 from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.verify import OpenedShards
 from tokenmill.ngram.index import SuffixArrayIndex, _range
-from tokenmill.ngram.suffixarray import capped_lcp
 from tokenmill.raysession import TaskCall, ray_session, run_tasks
+from tokenmill.suffixarray import capped_lcp
 from tokenmill.tokenizers import TokenizerIdentity
 
 FORMAT = "tokenmill-ngram-counts/2"

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from tokenmill.atomic import atomic_open, atomic_write_text
 from tokenmill.manifests.shards import read_sidecar, read_tokens
 from tokenmill.manifests.verify import open_shards
-from tokenmill.ngram.suffixarray import integer_suffix_array
+from tokenmill.suffixarray import integer_suffix_array
 from tokenmill.tokenizers import TokenizerIdentity
 
 FORMAT = "tokenmill-sa-index/1"

@@ -16,7 +16,7 @@ Longest Previous Factor in linear time and applications"), run on the reversed t
 1. the window's text ``tokens[S:end]`` is reversed and written as bytes in a prefix-free
    code (the ``256 - m`` most frequent ids one byte, the rest two: 1.4 bytes per gpt2
    token against 2 for big-endian uint16;
-   :func:`tokenmill.ngram.suffixarray.byte_code`), sorted by ``pydivsufsort``
+   :func:`tokenmill.suffixarray.byte_code`), sorted by ``pydivsufsort``
    (libdivsufsort), and the suffixes that start inside a token dropped: a suffix array of
    the text with relabelled ids, which leaves every LCP, and so every answer, unchanged;
 2. the LCP array by the Φ algorithm (Kärkkäinen, Manzini & Puglisi 2009, "Permuted
@@ -74,7 +74,7 @@ import numba as nb
 import numpy as np
 
 from tokenmill.ngram.lem import OnlineLEM, check_lem_params, is_int
-from tokenmill.ngram.suffixarray import sa_rank_lcp
+from tokenmill.suffixarray import sa_rank_lcp
 
 SCAN_MAX = 64  # queries whose interval has at most this many ranks are answered by a scan
 
