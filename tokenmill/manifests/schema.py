@@ -178,6 +178,11 @@ class DatamixManifest(_Model):
     fuzzy_dedup: dict[str, Any] | None = Field(
         default=None, description="MinHash-LSH parameters (num_perm, bands, rows, threshold, "
         "ngram, seed, hash) and counters, when fuzzy dedup ran")
+    substring_dedup: dict[str, Any] | None = Field(
+        default=None, description="exact-substring dedup's parameters (min_tokens, scope) "
+        "and counts, in all and per source (tokens_in, tokens_removed, spans, "
+        "documents_edited, documents_removed; tokens in its own tokenization, before the "
+        "cut documents are tokenized again), when it ran")
     warnings: list[CurationWarning] = Field(
         default_factory=list, description="outcomes a user must not miss, in source order")
 

@@ -322,6 +322,21 @@ class FuzzyDedupConfig(_Model):
                               "Jaccard check; false: decide on the MinHash estimate alone")
 
 
+class SubstringDedupConfig(_Model):
+    """Exact-substring dedup (Lee et al. 2022, ExactSubstr): every token span of at least
+    ``min_tokens`` tokens that occurs more than once is cut out of all its occurrences but
+    the first (in the datamix's document order), after document-level dedup."""
+
+    min_tokens: int = Field(default=50, ge=1, description="the shortest repeated span cut, "
+                            "in tokens of the datamix's tokenizer")
+    scope: Literal["source", "all"] = Field(
+        default="source", description="source: spans repeated inside one source; all: "
+        "across sources too")
+    part_tokens: int = Field(
+        default=50_000_000, ge=1, description="tokens per suffix-array part (one Ray task "
+        "each, about 13 bytes of memory per token); how the work is cut, not what is cut")
+
+
 class EvalSetConfig(_Model):
     """One evaluation set the training documents are checked against, one example per
     row: a jsonl or parquet file (local, or any URL fsspec opens), or a Hub dataset's
@@ -507,6 +522,9 @@ class DatamixConfig(_Model):
         default=None,
         description="removal of documents that overlap eval sets (or of the overlapping "
         "spans); none: no decontamination")
+    substring_dedup: SubstringDedupConfig | None = Field(
+        default=None,
+        description="cutting of repeated token spans (exact-substring dedup); none: off")
     shards: ShardConfig = Field(
         default_factory=ShardConfig,
         description="shard size and the validation split")

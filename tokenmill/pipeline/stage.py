@@ -19,8 +19,9 @@ stage's own module names it.
     stored with the prepared block), then one :meth:`GlobalStage.decide` over all blocks
     in the global document order, which may start Ray tasks of its own and returns a
     :class:`GlobalDecision`: the removals of this and the earlier global stages, as
-    files grouped by block (:mod:`tokenmill.pipeline.run.removals`), and a manifest
-    record. A removed document is quarantined with ``stage=name``,
+    files grouped by block (:mod:`tokenmill.pipeline.run.removals`), its edits of kept
+    documents (spans cut from their text, recorded in the quarantine as edit records),
+    and a manifest record. A removed document is quarantined with ``stage=name``,
     ``reason=f"{name}:duplicate"`` and ``duplicate_of`` the kept document's key.
 """
 
@@ -197,11 +198,17 @@ class GlobalDecision:
             ``removals`` are ``parts`` files, file ``p`` holding the removals whose
             content hash (the blocks' ``hash`` column) falls in partition ``p`` (exact
             dedup's decision: a later stage may then re-point them).
+        edits: this stage's own edit files (names relative to :attr:`GlobalContext.work`,
+            grouped by block like ``removals``, columns of
+            :data:`tokenmill.pipeline.run.removals.EDITS`): character spans cut from kept
+            documents, applied before tokenization; a document that a stage removes
+            loses its edits.
     """
 
     removals: tuple[str, ...] = ()
     record: dict[str, Any] | None = None
     same_text_by_hash: bool = False
+    edits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ removals and the earlier stages', as partitioned files under ``work/dedup/`` gro
 block (:mod:`.partition_files`), columns :data:`REMOVALS`. :func:`decide_global` runs
 the stages in stage-list order, then one ``removals`` task per block gathers the block's
 rows of the last decision's files into ``work/dedup/removals/<digest>.parquet`` (``key,
-kept, stage, detail``, sorted by key), which the block's tokenize task reads
-(:func:`load_removals`). The driver holds only digests and counters.
+kept, stage, detail``, sorted by key) and the block's rows of every decision's edit files
+into ``<digest>.edits.parquet`` (columns :data:`EDITS` less ``block`` and ``row``), which
+the block's tokenize task reads (:func:`load_removals`, :func:`load_edits`). The driver
+holds only digests and counters.
 """
 
 from __future__ import annotations
@@ -33,12 +35,20 @@ from tokenmill.pipeline.run.tasks import batch_cpu_seconds, run_batches
 from tokenmill.pipeline.stage import GlobalContext, GlobalDecision, GlobalStage
 
 #: part of the removals' content address: bump when their output changes
-VERSION = 2
+VERSION = 3
 #: the columns of a removal file: the removed document (block index, row in the block,
 #: key), the key of the document kept in its place, the stage that removed it, a detail
 REMOVALS = pa.schema([("block", pa.int32()), ("row", pa.int32()), ("key", pa.string()),
                       ("kept", pa.string()), ("stage", pa.string()),
                       ("detail", pa.string())])
+#: the columns of an edit file: the edited document (block, row, key), the stage and the
+#: quarantine reason of its edit records (``<stage>:edit:<what>``), the characters
+#: ``[start, end)`` cut from its text as the global stages saw it, and the same span in
+#: the stage's own tokens of that text (``[token_start, token_end)``, -1 when none)
+EDITS = pa.schema([("block", pa.int32()), ("row", pa.int32()), ("key", pa.string()),
+                   ("stage", pa.string()), ("reason", pa.string()), ("start", pa.int64()),
+                   ("end", pa.int64()), ("token_start", pa.int64()),
+                   ("token_end", pa.int64())])
 
 
 def removal_file(phase: str, digest: str) -> str:
@@ -46,10 +56,12 @@ def removal_file(phase: str, digest: str) -> str:
     return f"{phase}/{digest}.arrow"
 
 
-def read_removals(work: str, files: tuple[str, ...], block: int) -> pa.Table:
-    """The rows of block ``block`` in the removal ``files`` (columns :data:`REMOVALS`)."""
+def read_removals(work: str, files: tuple[str, ...], block: int,
+                  schema: pa.Schema = REMOVALS) -> pa.Table:
+    """The rows of block ``block`` in the removal (or edit) ``files`` (columns
+    ``schema``: :data:`REMOVALS` or :data:`EDITS`)."""
     if not files:
-        return REMOVALS.empty_table()
+        return schema.empty_table()
     return read_partitions([work_file(work, f) for f in files], block)
 
 
@@ -83,17 +95,20 @@ class Shuffle:
 
 @dataclass(frozen=True)
 class AssembleTask:
-    """One block's removals: its rows of ``files`` (under ``work``)."""
+    """One block's removals and edits: its rows of ``files`` and ``edits`` (under
+    ``work``)."""
 
     work: str
     files: tuple[str, ...]
     block: int
     digest: str
+    edits: tuple[str, ...] = ()
 
 
 def assemble(task: AssembleTask) -> dict[str, Any]:
-    """Per block: its removals ``key, kept, stage, detail`` (sorted by key) as parquet;
-    info ``removed`` and ``content`` (a digest of the removals, for tokenize's address)."""
+    """Per block: its removals ``key, kept, stage, detail`` (sorted by key) and its edits
+    (sorted by key and start) as parquet; info ``removed``, ``edited`` (edit rows) and
+    ``content`` (a digest of both, for tokenize's address)."""
     out = StageOutput(task.work, "removals", task.digest)
 
     def compute() -> dict[str, Any]:
@@ -101,9 +116,14 @@ def assemble(task: AssembleTask) -> dict[str, Any]:
         t = t.take(pc.sort_indices(t, sort_keys=[("key", "ascending")]))
         t = t.select(["key", "kept", "stage", "detail"])
         write_parquet(out.path(".parquet"), t)
+        e = read_removals(task.work, task.edits, task.block, EDITS)
+        e = e.take(pc.sort_indices(e, sort_keys=[("key", "ascending"), ("start", "ascending")]))
+        e = e.drop_columns(["block", "row"])
+        write_parquet(out.path(".edits.parquet"), e)
         rows = [[r["key"], [r["kept"], r["stage"], r["detail"]]] for r in t.to_pylist()]
-        return {"removed": len(t), "content": content_hash(rows)}
-    return cached(out, compute, (".parquet",))
+        return {"removed": len(t), "edited": len(e),
+                "content": content_hash(rows, e.to_pylist())}
+    return cached(out, compute, (".parquet", ".edits.parquet"))
 
 
 def load_removals(work: str, digest: str) -> dict[str, list]:
@@ -119,6 +139,16 @@ def _cpu_clock() -> float:
     return time.thread_time() + batch_cpu_seconds()
 
 
+def load_edits(work: str, digest: str) -> dict[str, list[dict[str, Any]]]:
+    """A block's edits: edited key -> its edit rows (:data:`EDITS` less ``block, row``),
+    by ``start``."""
+    t = pq.read_table(StageOutput(work, "removals", digest).path(".edits.parquet"))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in t.to_pylist():
+        out.setdefault(r["key"], []).append(r)
+    return out
+
+
 def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage],
                   parts: int, progress: bool = False, cpu: dict[str, float] | None = None
                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -127,11 +157,12 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     partitions on the running Ray.
 
     Returns ``(per block, records)``: per block ``{"removals": digest of its removals
-    file (``<prepare_work>/dedup/removals/<digest>.parquet``, see :func:`load_removals`),
-    "content": digest of the removals, "removed": count}``; the stages' manifest records
-    by stage name (stages without one are left out). ``cpu``, when given, receives per
-    stage name (and ``removals``, the per-block gathering) the CPU seconds of its
-    decision: this thread's and its Ray tasks' (:func:`~.tasks.batch_cpu_seconds`).
+    file (``<prepare_work>/dedup/removals/<digest>.parquet``, see :func:`load_removals`
+    and :func:`load_edits`), "content": digest of the removals and edits, "removed":
+    count}``; the stages' manifest records by stage name (stages without one are left
+    out). ``cpu``, when given, receives per stage name (and ``removals``, the per-block
+    gathering) the CPU seconds of its decision: this thread's and its Ray tasks'
+    (:func:`~.tasks.batch_cpu_seconds`).
 
     Raises:
         ValueError: ``parts < 1``.
@@ -142,15 +173,18 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     decision: GlobalDecision | None = None
     records: dict[str, Any] = {}
     cpu = {} if cpu is None else cpu
+    edits: tuple[str, ...] = ()
     for stage in stages:
         clock = _cpu_clock()
         decision = stage.decide(GlobalContext(work, prepare_work, tuple(blocks), parts,
                                               progress, decision))
         cpu[stage.name] = _cpu_clock() - clock
+        edits += decision.edits
         if decision.record is not None:
             records[stage.name] = decision.record
     files = decision.removals if decision is not None else ()
-    tasks = [AssembleTask(work, files, i, content_hash("removals", VERSION, i, files))
+    tasks = [AssembleTask(work, files, i, content_hash("removals", VERSION, i, files, edits),
+                          edits)
              for i in range(len(blocks))]
     clock = _cpu_clock()
     infos = run_batches(assemble, tasks, "dedup: removals", progress)

@@ -43,6 +43,7 @@ from tokenmill import storage
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+from tokenmill.pipeline.dedup.substring import SubstringDedup
 from tokenmill.pipeline.document.classifier import ClassifierFilter
 from tokenmill.pipeline.document.classifier_top import ClassifierTopFraction
 from tokenmill.pipeline.document.decontaminate import Decontaminate, build_kwargs
@@ -181,6 +182,14 @@ def _fuzzy(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     return cfg.fuzzy_dedup.model_dump() if cfg.fuzzy_dedup is not None else None
 
 
+def _substring(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+    sd = cfg.substring_dedup
+    if sd is None:
+        return None
+    return {**sd.model_dump(), "tokenizer": cfg.tokenizer,
+            "filters": cfg.filters.model_dump()}
+
+
 def _shards(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any]:
     sh = cfg.shards
     return {"tokens_per_shard": sh.tokens_per_shard, "val_fraction": sh.val_fraction,
@@ -219,6 +228,7 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
     StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,
              counts="filtered"),
+    StageDef("substring_dedup", "global", SubstringDedup, _substring, counts="filtered"),
     StageDef("tokenize", "block", Tokenize,
              lambda c, s: {"tokenizer": c.tokenizer_for_stage(),
                           "val_fraction": c.shards.val_fraction},

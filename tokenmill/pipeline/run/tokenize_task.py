@@ -1,5 +1,8 @@
 """The per-block tokenize task: drop the block's documents the global stages removed,
-then tokenize the rest (:class:`~tokenmill.pipeline.run.tokenize.Tokenize`).
+cut the spans they edited out of the kept ones (an edit record per span in the
+quarantine), then tokenize the resulting texts
+(:class:`~tokenmill.pipeline.run.tokenize.Tokenize`): an edited document is tokenized
+again as a whole, so every token pair in the shards is one that real text encodes to.
 
 A plain function of its :class:`TokenizeTask` (the executor runs it as a Ray task), so the
 output never depends on which worker ran it or in what order.
@@ -7,6 +10,7 @@ output never depends on which worker ran it or in what order.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -18,7 +22,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.pipeline.run import quarantine
 from tokenmill.pipeline.run.intermediate import StageOutput, fault_injection_delay, write_parquet
-from tokenmill.pipeline.run.removals import load_removals
+from tokenmill.pipeline.run.removals import load_edits, load_removals
 from tokenmill.pipeline.run.stats import utf8_size
 from tokenmill.pipeline.stage import Rejection
 
@@ -71,6 +75,26 @@ def _drop_removed(source: str, removals: dict[str, list], keys: list[str], texts
     return kept_idx, rejected, removed
 
 
+def apply_edits(source: str, key: str, text: str, edits: list[dict[str, Any]]
+                ) -> tuple[str, list[Rejection]]:
+    """``text`` less the character spans of ``edits`` (disjoint, sorted by ``start``), and
+    one edit record per span: ``reason`` the edit's, ``text`` the span, ``detail`` JSON
+    ``{"start", "end", "token_start", "token_end"}`` (offsets in ``text``). The original
+    is the edited text with each span inserted back at its ``start``, in order."""
+    pieces: list[str] = []
+    records: list[Rejection] = []
+    at = 0
+    for e in edits:
+        pieces.append(text[at : e["start"]])
+        at = e["end"]
+        detail = {k: e[k] for k in ("start", "end", "token_start", "token_end")}
+        records.append(Rejection(key=key, source=source, stage=e["stage"], reason=e["reason"],
+                                 text=text[e["start"] : e["end"]],
+                                 detail=json.dumps(detail, sort_keys=True)))
+    pieces.append(text[at:])
+    return "".join(pieces), records
+
+
 def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
     """Tokenize one prepared block, less its documents removed by the global stages.
 
@@ -91,9 +115,17 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
     texts = table.column("text").to_pylist()
     removals = load_removals(spec.dedup_work, spec.removals)
     kept_idx, rejected, removed = _drop_removed(spec.source, removals, keys, texts)
+    edits = load_edits(spec.dedup_work, spec.removals)
+    kept_texts = []
+    for i in kept_idx:
+        text = texts[i]
+        if keys[i] in edits:
+            text, records = apply_edits(spec.source, keys[i], text, edits[keys[i]])
+            rejected += records
+        kept_texts.append(text)
     step = spec.stage.build()
     kept_keys = [keys[i] for i in kept_idx]
-    tokens, lengths, splits = step.encode(kept_keys, [texts[i] for i in kept_idx])
+    tokens, lengths, splits = step.encode(kept_keys, kept_texts)
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     cols = {
         "key": pa.array(kept_keys, pa.string()),
@@ -105,9 +137,10 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
         cols[c] = table.column(c).take(pa.array(kept_idx, pa.int64())).combine_chunks()
     write_parquet(out.path(".tokens.parquet"), pa.table(cols))
     quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
-    text_bytes = sum(utf8_size(texts[i]) for i in kept_idx)
+    text_bytes = sum(utf8_size(t) for t in kept_texts)
     info = {"docs_in": len(keys), "removed": dict(sorted(removed.items())),
-            "kept": len(kept_idx), "tokens": int(lengths.sum()), "text_bytes": text_bytes}
+            "kept": len(kept_idx), "tokens": int(lengths.sum()), "text_bytes": text_bytes,
+            "edited": sum(1 for k in kept_keys if k in edits)}
     out.commit([".tokens.parquet", ".quarantine.parquet"], info)
     timings = {"tokenize": [time.process_time() - cpu0, len(kept_idx), text_bytes]}
     return info | {"reused": False, "recovered": [out.problem] if out.problem else [],
