@@ -45,7 +45,8 @@ from tokenmill.pipeline.stage import Document, GlobalContext, GlobalDecision, Gl
 from tokenmill.tokenizers import get_encoding
 
 VERSION = 1
-COUNTERS = ("tokens_in", "tokens_removed", "spans", "documents_edited", "documents_removed", "unmapped")
+COUNTERS = ("tokens_in", "tokens_removed", "spans", "documents_edited", "documents_removed",
+            "unmapped")
 
 
 class SubstringDedup(GlobalStage):

@@ -196,9 +196,10 @@ def _char_spans(text: str, tokens: np.ndarray, token_spans: list[tuple[int, int]
 
 
 def cut_part(task: CutTask) -> dict[str, Any]:
-    """Removals and edits of one part (module docstring); info: ``tokens_in``,
-    ``tokens_removed`` (cut, or in a removed document), ``spans``, ``documents_edited``, ``documents_removed`` and ``unmapped`` (documents
-    whose tokens did not spell their text, left whole), each per source."""
+    """Removals and edits of one part (module docstring); info ``by_source``: per source
+    ``tokens_in``, ``tokens_removed`` (cut, or in a removed document), ``spans``,
+    ``documents_edited``, ``documents_removed`` and ``unmapped`` (documents whose tokens
+    did not spell their text, left whole)."""
     out = StageOutput(task.work, "substring_dedup/cut", task.digest)
     return cached(out, lambda: _compute_cut(task, out), (".removals.arrow", ".edits.arrow"))
 
@@ -228,7 +229,6 @@ def _compute_cut(task: CutTask, out: StageOutput) -> dict[str, Any]:
         if char_spans is None:
             c["unmapped"] += 1
             continue
-        c["spans"] += len(char_spans)
         kept = "".join(doc_text[a:b] for a, b in
                        zip([0] + [s[1] for s in char_spans], [s[0] for s in char_spans]
                            + [len(doc_text)], strict=True))
@@ -241,6 +241,7 @@ def _compute_cut(task: CutTask, out: StageOutput) -> dict[str, Any]:
                              f"{len(char_spans)} repeated spans"})
             continue
         c["documents_edited"] += 1
+        c["spans"] += len(char_spans)
         c["tokens_removed"] += sum(e - s for s, e in token_spans)
         edits += [{"block": where[0], "row": where[1], "key": key, "stage": task.stage,
                    "reason": f"{task.stage}:edit:{EDIT_WHAT}", "start": s, "end": e,

@@ -35,7 +35,9 @@ variant (the removal-rate plot groups per-document license removals by family, a
 ``tokenmill manifest show`` does), the run's warnings, and, for every removal reason
 (license reasons by family), up to :data:`EXAMPLES_PER_REASON` example documents from
 the quarantine (their first :data:`EXAMPLE_CHARS` characters, HTML-escaped), so a filter
-can be judged by reading what it removed.
+can be judged by reading what it removed. Edited documents (kept documents that lost
+spans) have a section of their own: the tokens before and after each editing stage, and
+examples with the cut spans marked (:mod:`tokenmill.pipeline.report.edits`).
 
 A plot whose input is missing (no quarantine, no ``language`` column, no duplicates) is
 skipped and named in ``ReportResult.skipped`` and in the HTML. Token counts of removed
@@ -66,6 +68,7 @@ import pyarrow.parquet as pq
 from tokenmill.atomic import atomic_write_text
 from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manifest
 from tokenmill.manifests.summary import license_family
+from tokenmill.pipeline.report.edits import edits_html
 from tokenmill.pipeline.report.plots import PlotSpec, PlotWorkers, render
 from tokenmill.pipeline.report.timing import stage_times_spec
 from tokenmill.pipeline.report.tuning import (
@@ -281,6 +284,18 @@ def _token_counter(manifest: DatamixManifest, where: str = "the run's manifest")
     return count
 
 
+def _decoder(manifest: DatamixManifest):
+    """Token ids -> text with the run's tokenizer, or None when it cannot be loaded."""
+    from tokenmill.tokenizers import TokenizerMismatchError, load_checked
+
+    try:
+        return load_checked(manifest.tokenizer, "the run's manifest").decode
+    except TokenizerMismatchError:
+        raise
+    except Exception:  # not available offline: the edited examples are left out
+        return None
+
+
 @dataclass
 class _Report:
     """What the plots of one report share."""
@@ -294,6 +309,7 @@ class _Report:
     stages: list[str]
     remaining: dict[str, list[int]]
     token_note: str = ""  # how the removed documents' tokens were counted, when sampled
+    edited: list[str] = field(default_factory=list)  # HTML of the edited documents' section
     sections: list[tuple[str, str, str]] = field(default_factory=list)  # title, png, caption
 
     @property
@@ -638,6 +654,7 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
         if workers is not None and specs[build] is not None:
             futures[build] = workers.submit(out / specs[build].png, specs[build])
     r.token_note = _count_tokens(r.q_rows, quarantine, manifest)
+    r.edited = edits_html(out, manifest, quarantine, _decoder(manifest), _table)
     for build in _NEED_TOKENS:
         specs[build] = build(r)
         if workers is not None and specs[build] is not None:
@@ -772,6 +789,7 @@ def _html(r: _Report) -> str:
             parts.append("<h3>Removed by per-document license</h3>" + _table(
                 ["family", "license", "documents removed"],
                 collapsed_license_rows(variants), left=2))
+    parts += r.edited
     parts += _examples_html(r.examples)
     if r.result.skipped:
         parts.append("<h2>Plots skipped</h2><ul>" + "".join(

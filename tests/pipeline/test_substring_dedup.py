@@ -1,0 +1,220 @@
+"""Exact-substring dedup (``substring_dedup`` in a datamix): the suffix-array search against
+brute force, and ``tokenmill run`` against a second implementation that hashes every
+window (:mod:`tests.pipeline.substring_oracle`), with every edited document rebuilt from
+the shards plus the quarantine's edit records, re-encoding to its own tokens, and the
+n-gram index over the shards counting what brute force counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.pipeline.substring_oracle import repeated_spans, run_outputs, stage_input
+from tests.shared import corpora
+from tokenmill.pipeline.dedup import substring_spans as spans
+from tokenmill.pipeline.report.edits import rebuild
+from tokenmill.tokenizers import get_encoding
+
+REPO = Path(__file__).resolve().parents[2]
+#: global stages before substring_dedup: their removals never reach it
+EARLIER = ("exact_dedup", "fuzzy_dedup", "classifier_top")
+
+
+def _suffix_array_spans(docs: list[np.ndarray], k: int, n_parts: int
+                        ) -> list[list[tuple[int, int]]]:
+    """The stage's search (parts, then each part against the earlier ones), per document."""
+    parts = []
+    for ids in np.array_split(np.arange(len(docs)), n_parts):
+        text, starts = spans.layout([docs[i] for i in ids])
+        parts.append((ids, text, starts, *spans.part_windows(text, k)))
+    out: list = [None] * len(docs)
+    for j, (ids, text, starts, repeated, reps) in enumerate(parts):
+        found = np.zeros(reps.size, bool)
+        for _, other, _, _, other_reps in parts[:j]:
+            found |= spans.found_in(text, reps, other, other_reps, k)
+        cut = spans.covered_spans(np.concatenate((repeated, reps[found])), k, text.size)
+        for n, i in enumerate(ids):
+            s, e = int(starts[n]), int(starts[n + 1]) - 1
+            out[i] = [(int(a) - s, int(b) - s) for a, b in cut if s <= a < e]
+    return out
+
+
+def test_suffix_array_spans_match_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        vocab, k = int(rng.integers(2, 6)), int(rng.integers(1, 6))
+        docs = [rng.integers(0, vocab, int(rng.integers(0, 30))).astype(np.int32)
+                for _ in range(int(rng.integers(1, 8)))]
+        want = repeated_spans(docs, k)
+        for n_parts in range(1, min(3, len(docs)) + 1):
+            assert _suffix_array_spans(docs, k, n_parts) == want, (k, n_parts, docs)
+
+
+def test_a_cut_inside_a_character_takes_it_whole():
+    enc = get_encoding("gpt2")
+    text = "ab ꙮ cd"
+    tokens = np.asarray(enc.encode_ordinary(text), np.int64)
+    table = np.array([len(enc.decode_single_token_bytes(i)) for i in range(enc.n_vocab)])
+    ends = spans.token_byte_offsets(text, tokens, table)
+    leads = spans.lead_counts(text)
+    emoji = text.index("ꙮ")
+    lo, hi = len(text[:emoji].encode()), len(text[:emoji + 1].encode())
+    inside = [i for i in range(tokens.size) if lo < ends[i] < hi]
+    assert inside, "the emoji's bytes should be split between tokens"
+    assert spans.char_span(leads, ends, inside[0], tokens.size) == (emoji, len(text))
+    assert spans.char_span(leads, ends, 0, inside[0]) == (0, emoji + 1)
+    assert spans.token_byte_offsets(text, tokens[:-1], table) is None
+
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
+         "pi rho sigma tau upsilon phi chi psi omega").split()
+BOILER = ("This page is licensed under the Creative Commons Attribution-ShareAlike License; "
+          "additional terms may apply — café naïve 日本語 ꙮ 𝔘. By using this site, you agree "
+          "to the Terms of Use and Privacy Policy.")
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _write_corpus(root: Path) -> None:
+    """Two sources: unique random-word documents, the boilerplate in some (twice in some,
+    in both sources), a document that is only the boilerplate, a span repeated inside
+    one document."""
+    rng = random.Random(7)
+    for name in ("a", "b"):
+        rows = []
+        for i in range(36):
+            t = _words(rng, 60)
+            if i % 4 == 1:
+                t += "\n\n" + BOILER + " " + _words(rng, 10)
+            if i % 9 == 2:
+                t = BOILER + "\n" + t + "\n" + BOILER
+            if i == 5:
+                t = BOILER
+            if i == 7:
+                span = _words(rng, 40)
+                t = span + " and " + _words(rng, 10) + " " + span
+            rows.append(json.dumps({"text": t}))
+        (root / name).mkdir(parents=True)
+        (root / name / "docs.jsonl").write_text("\n".join(rows) + "\n")
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tokenmill.cli", *args], capture_output=True,
+                          text=True, cwd=REPO, env=dict(os.environ), timeout=900)
+
+
+def _check_run(out: Path, sources: list[str], k: int, scope: str) -> dict[str, list]:
+    """Every check on a finished run; returns the edit records by key."""
+    manifest, rows, tokens = run_outputs(out)
+    enc = get_encoding(manifest["tokenizer"]["name"])
+    before = {r["key"] for r in rows if r["stage"] in EARLIER}
+    docs = stage_input(out, sources, before)
+    ids = [np.asarray(enc.encode_ordinary(t), np.int64) for _, t in docs]
+    reset = [scope == "source" and (i == 0 or docs[i - 1][0].split("/")[0] != key.split("/")[0])
+             for i, (key, _) in enumerate(docs)]
+    want = dict(zip([k_ for k_, _ in docs], repeated_spans(ids, k, reset), strict=True))
+    ours = [r for r in rows if r["stage"] == "substring_dedup"]
+    edits: dict[str, list] = {}
+    for r in ours:
+        if r["reason"] == "substring_dedup:edit:repeat":
+            edits.setdefault(r["key"], []).append(json.loads(r["detail"]) | {"text": r["text"]})
+    removed = {r["key"]: r for r in ours if r["reason"] == "substring_dedup:removed"}
+    assert set(edits) | set(removed) == {k_ for k_, v in want.items() if v}
+    texts = dict(docs)
+    for key, recs in edits.items():
+        recs.sort(key=lambda r: r["start"])
+        assert [(r["token_start"], r["token_end"]) for r in recs] == want[key], key
+        kept = enc.decode(tokens[key].tolist())
+        assert rebuild(kept, recs) == texts[key], key  # the original, from shard + records
+        assert enc.encode_ordinary(kept) == tokens[key].tolist(), key  # real token pairs
+    for key, r in removed.items():
+        assert r["text"] == texts[key] and r["detail"].startswith("too_few_"), r
+    rec = manifest["substring_dedup"]
+    assert rec["documents_edited"] == len(edits) and rec["documents_removed"] == len(removed)
+    assert rec["spans"] == sum(len(v) for v in edits.values())
+    assert rec["tokens_in"] == sum(t.size for t in ids)
+    kept_keys = set(tokens)
+    assert kept_keys == {k_ for k_ in texts if k_ not in removed}
+    return edits
+
+
+@pytest.mark.slow
+def test_run_cuts_repeated_spans_and_records_every_edit(tmp_path):
+    _write_corpus(tmp_path / "data")
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"""
+name: substr
+tokenizer: gpt2
+data_root: {tmp_path / 'data'}
+block_documents: 10
+sources:
+  - {{name: a, path: a, license: cc0-1.0}}
+  - {{name: b, path: b, license: cc0-1.0}}
+substring_dedup: {{min_tokens: 20, scope: all, part_tokens: 2000}}
+shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
+""")
+    out = tmp_path / "out"
+    r = _run(["run", str(mix), "-q", "-o", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert "substring_dedup" in r.stdout
+    edits = _check_run(out, ["a", "b"], 20, "all")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["substring_dedup"]["parts"] > 2  # spans found across parts
+    assert len(edits) >= 20 and "a/docs.jsonl#000000007" in edits
+    assert "b/docs.jsonl#000000005" in {r["key"] for r in run_outputs(out)[1]
+                                       if r["reason"] == "substring_dedup:removed"}
+    report = (out / "report.html").read_text()
+    assert "Edited documents" in report and "<del>" in report
+    # the n-gram index over the shards counts the curated tokens: the boilerplate once
+    idx = tmp_path / "idx"
+    assert _run(["ngram", "build", str(out), "-o", str(idx), "-q"]).returncode == 0
+    phrase = " you agree to the Terms of Use and Privacy"
+    r = _run(["ngram", "count", str(idx), phrase])
+    assert r.returncode == 0, r.stderr
+    query = get_encoding("gpt2").encode_ordinary(phrase)
+    stream = np.concatenate([t for _, t in _shard_streams(out)])
+    brute = sum(1 for i in range(stream.size - len(query) + 1)
+                if stream[i : i + len(query)].tolist() == query)
+    assert int(re.search(r"count\s+([\d,]+)", r.stdout)[1].replace(",", "")) == brute == 1
+
+
+def _shard_streams(out: Path):
+    from tokenmill.manifests.schema import load_manifest
+    from tokenmill.manifests.shards import read_tokens
+
+    for sh in load_manifest(out).shards():
+        yield sh.path, np.asarray(read_tokens(out / sh.path), np.int64)
+
+
+@pytest.mark.slow
+def test_run_on_shared_corpora_agrees_with_hashed_windows(tmp_path):
+    root = corpora()
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"""
+name: substr-shared
+tokenizer: gpt2
+data_root: {root}
+licenses: {{allow: [odc-by, cc-by-sa-3.0]}}
+block_documents: 500
+sources:
+  - {{name: c4, path: c4-en-sample}}
+  - {{name: wiki, path: wikipedia-wikitext-sample}}
+  - {{name: cc, path: cc-main-2019-sample, license: odc-by}}
+substring_dedup: {{min_tokens: 50, scope: source, part_tokens: 300000}}
+shards: {{tokens_per_shard: 1000000, val_fraction: 0.0}}
+""")
+    out = tmp_path / "out"
+    r = _run(["run", str(mix), "-q", "-o", str(out)])
+    assert r.returncode == 0, r.stderr
+    edits = _check_run(out, ["c4", "wiki", "cc"], 50, "source")
+    assert edits  # the web samples repeat boilerplate
