@@ -164,3 +164,37 @@ def lead_counts(text: str) -> np.ndarray:
     out = np.zeros(raw.size + 1, np.int64)
     np.cumsum((raw & 0xC0) != 0x80, out=out[1:])
     return out
+
+
+def repeated_token_spans(docs: list[np.ndarray], k: int, part_tokens: int
+                         ) -> list[np.ndarray]:
+    """The whole search in one process (for tests and benchmarks; the stage runs the
+    same steps as Ray tasks): ``docs`` cut into parts of about ``part_tokens`` tokens,
+    :func:`part_windows` per part, :func:`found_in` against every earlier part.
+
+    Returns:
+        per document, int64[m, 2]: its ``[start, end)`` token spans to cut.
+    """
+    bounds = [0]
+    size = 0
+    for i, d in enumerate(docs):
+        if size and size + d.size > part_tokens:
+            bounds.append(i)
+            size = 0
+        size += d.size
+    bounds.append(len(docs))
+    parts = []
+    out: list[np.ndarray] = []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        text, starts = layout(docs[lo:hi])
+        repeated, reps = part_windows(text, k)
+        found = np.zeros(reps.size, np.bool_)
+        for other, other_reps in parts:
+            found |= found_in(text, reps, other, other_reps, k)
+        parts.append((text, reps))
+        cut = covered_spans(np.concatenate((repeated, reps[found])), k, text.size)
+        doc_of = np.searchsorted(starts, cut[:, 0], side="right") - 1
+        for j in range(hi - lo):
+            mine = cut[doc_of == j]
+            out.append(mine - starts[j])
+    return out
