@@ -155,7 +155,7 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["substring_dedup"]["parts"] > 2  # spans found across parts
     assert len(edits) >= 20 and "a/docs.jsonl#000000007" in edits
-    assert "b/docs.jsonl#000000005" in {r["key"] for r in run_outputs(out)[1]
+    assert "a/docs.jsonl#000000005" in {r["key"] for r in run_outputs(out)[1]
                                        if r["reason"] == "substring_dedup:removed"}
     report = (out / "report.html").read_text()
     assert "Edited documents" in report and "<del>" in report
