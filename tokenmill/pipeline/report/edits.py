@@ -3,10 +3,12 @@ edit records, reasons holding ``:edit:``), shown with the removed spans marked, 
 token counts before and after each stage that records them in the manifest
 (``substring_dedup``: tokens in, removed and out, in all and per source).
 
-An edited document is rebuilt as it entered the editing stage: its text in the shards
-(the tokens after the leading EOT, decoded) with every edit record's span inserted back
-at its ``start`` (character offsets in that text), in order of ``start``
-(:func:`rebuild`); the spans are then marked (``<del>``).
+An edited document is rebuilt as it entered its last cutting stage: its text in the
+shards (the tokens after the leading EOT, decoded) with each of that stage's cut spans
+inserted back at its ``start`` (character offsets in the text the stage saw), in order of
+``start`` (:func:`rebuild`); those spans are then marked (``<del>``). Cut records are the
+edit records whose ``detail`` has ``token_start`` (a global stage's cut) or an empty
+``replacement`` (decontamination's cut); replacements (PII's) are not cuts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from tokenmill.manifests.schema import DatamixManifest
 from tokenmill.manifests.shards import read_sidecar, read_tokens
+from tokenmill.pipeline.run.stage_list import stage_order
 from tokenmill.pipeline.stage import is_edit_reason
 
 #: edited documents shown, and the characters of context shown around each removed span
@@ -41,7 +44,8 @@ def edit_records(quarantine) -> dict[str, list[dict[str, Any]]]:
         if not is_edit_reason(reason or "") or not cols["detail"][i]:
             continue
         where = json.loads(cols["detail"][i])
-        if "start" not in where or "token_start" not in where:
+        if "start" not in where or not ("token_start" in where
+                                        or where.get("replacement") == ""):
             continue
         out.setdefault(cols["key"][i], []).append(
             {"stage": cols["stage"][i], "reason": reason, "text": texts[i].as_py() or "",
@@ -125,10 +129,12 @@ def edits_html(out: Path, manifest: DatamixManifest, quarantine, decode, table) 
     parts.append(f"<h2>Edited documents</h2><p>{len(records):,} kept documents lost spans; "
                  f"the first {len(shown)} by key, each removed span struck through with "
                  f"{CONTEXT_CHARS} characters of context.</p>")
+    order = {name: i for i, name in enumerate(stage_order())}
     for key in shown:
         if key not in kept:
             continue  # removed by a later step: its quarantine row has the whole text
-        recs = records[key]
+        last = max((r["stage"] for r in records[key]), key=lambda n: order.get(n, -1))
+        recs = [r for r in records[key] if r["stage"] == last]
         reasons = ", ".join(sorted({r["reason"] for r in recs}))
         parts.append(f"<div><code>{html.escape(key)}</code> · {html.escape(reasons)} · "
                      f"{len(recs)} spans</div><pre>{_marked(rebuild(kept[key], recs), recs)}"
