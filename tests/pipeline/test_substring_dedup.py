@@ -30,7 +30,7 @@ EARLIER = ("exact_dedup", "fuzzy_dedup", "classifier_top")
 
 def test_suffix_array_spans_match_brute_force():
     rng = np.random.default_rng(0)
-    for _ in range(300):
+    for _ in range(120):
         vocab, k = int(rng.integers(2, 6)), int(rng.integers(1, 6))
         docs = [rng.integers(0, vocab, int(rng.integers(0, 30))).astype(np.int32)
                 for _ in range(int(rng.integers(1, 8)))]
