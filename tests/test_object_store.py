@@ -131,6 +131,7 @@ def _committed_work(objects: dict[str, bytes]) -> int:
     return len(records)
 
 
+@pytest.mark.slow
 def test_bucket_to_bucket_run_is_the_local_run(s3, tmp_path):
     """Sources and output in the bucket, with the Hub-layout text: shards, sidecars,
     quarantine, text and manifest are the local run's bytes (sources recorded by their

@@ -137,6 +137,7 @@ def _one_line_error(r: subprocess.CompletedProcess, names: str) -> None:
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_eval_sets_from_a_url_and_a_pinned_hub_commit(tmp_path, examples, hosts):
     """Each planted copy is removed for its eval set (the Hub's train split is never
     read); a URL that cannot be read is one line naming it."""
@@ -185,6 +186,7 @@ def _rebuilt(kept: str, edits: list[dict]) -> str:
     return "".join(out) + kept[at:]
 
 
+@pytest.mark.slow
 def test_cut_mode_keeps_the_rest_and_records_each_cut(tmp_path, examples, hosts):
     """Planted copies are cut out of their documents; each kept document plus its edit
     records is its text before the stage, holds no eval n-gram any more and decodes from

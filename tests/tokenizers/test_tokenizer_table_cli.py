@@ -67,6 +67,7 @@ def curated(tmp_path_factory) -> Path:
     return f
 
 
+@pytest.mark.slow
 def test_curation_records_the_identity_and_tokenizes_with_the_table(curated):
     from tests.tokenizers.tokenizer_files import renumbered_ranks
     from tokenmill.manifests.shards import read_tokens
