@@ -162,6 +162,17 @@ def test_refusal_through_the_cli_is_one_line(gpt2_json, tmp_path):
     assert good.returncode == 0 and "identity_sha256" in good.stdout, good.stderr
 
 
+def test_a_relative_tokenizer_json_on_the_command_line_is_read_once(gpt2_json, tmp_path):
+    """``tokenizer info sub/tokenizer.json`` from the folder above: the path is taken from
+    the working folder, not joined to its own folder again."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "tokenizer.json").write_bytes(gpt2_json.read_bytes())
+    r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "tokenizer", "info",
+                        "sub/tokenizer.json"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "50257" in r.stdout
+
+
 def test_copy_is_not_shared(gpt2_json):
     doc = json.loads(gpt2_json.read_text(encoding="utf-8"))
     before = copy.deepcopy(doc)

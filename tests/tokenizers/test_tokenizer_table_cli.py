@@ -209,6 +209,8 @@ def test_a_recorded_ranks_file_is_found_from_where_it_is_read(tmp_path, monkeypa
     record.write_text("{}")
     monkeypatch.chdir(tmp_path)
     assert same_tokenizer(load_source(ident, str(record))[0], ident)  # beside the record
+    # as consumers name the record in their messages (shards inspect, mix build, ...)
+    assert same_tokenizer(load_source(ident, f"curation manifest {record}")[0], ident)
     moved = tmp_path / "elsewhere"
     moved.mkdir()
     (proj / "tok" / "renumbered.tiktoken").rename(moved / "renumbered.tiktoken")

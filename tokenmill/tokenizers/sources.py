@@ -63,6 +63,17 @@ def load_spec(spec, base_dir: str | os.PathLike | None
         eot=spec.eot)), tok.parts
 
 
+def _record_file(where: str) -> str | None:
+    """The file a ``where`` label names: the label itself, or its longest tail after a
+    space that exists (``"curation manifest out/manifest.json"`` -> ``out/manifest.json``)."""
+    if os.path.exists(where):
+        return where
+    for i, ch in enumerate(where):
+        if ch == " " and os.path.exists(where[i + 1:]):
+            return where[i + 1:]
+    return None
+
+
 def _locate(path: str, ident: TokenizerIdentity, where: str) -> str:
     """Where the recorded file ``path`` is: a URL or an existing absolute path as it is; a
     relative path (as the datamix named it, relative to its folder) from the working
@@ -72,8 +83,9 @@ def _locate(path: str, ident: TokenizerIdentity, where: str) -> str:
         return path
     if not os.path.isabs(path):
         folders = ["."]
-        if os.path.exists(where):
-            up = os.path.dirname(os.path.abspath(where))
+        record = _record_file(where)
+        if record is not None:
+            up = os.path.dirname(os.path.abspath(record))
             for _ in range(4):
                 folders.append(up)
                 up = os.path.dirname(up)
@@ -148,7 +160,7 @@ def tokenizer_arg(text: str) -> str:
         raise ValueError(f"tokenizer file {text}: not a table")
     base = os.path.dirname(os.path.abspath(text))
     if "model" in doc and "pre_tokenizer" in doc:  # a Hugging Face tokenizer.json
-        return load_tokenizer({"tokenizer_json": text}, base).name
+        return load_tokenizer({"tokenizer_json": os.path.basename(text)}, base).name
     value = doc.get("tokenizer", doc)
     if isinstance(value, dict) and "ranks_sha256" in value:  # an identity a manifest records
         return load_checked(value, text).name
