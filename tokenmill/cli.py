@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.getLogger("ray").setLevel(logging.ERROR)  # Ray's banners are not our output
+    # the Hub client's retry warnings (one per try) would bury the one line a failed Hub read
+    # ends in; that line names the repository and the cause
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
