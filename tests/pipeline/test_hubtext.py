@@ -146,7 +146,7 @@ def test_run_write_text_flag_and_datamix_option(quickstart, tmp_path, monkeypatc
     out.mkdir()
     shutil.copy(quickstart.manifest_path, out / "manifest.json")
     shutil.copytree(quickstart.manifest_path.parent / "shards", out / "shards")
-    res = dataclasses.replace(quickstart, manifest_path=out / "manifest.json")
+    res = dataclasses.replace(quickstart, manifest_path=out / "manifest.json", output=str(out))
     monkeypatch.setattr(executor, "run_datamix", lambda *a, **kw: res)
     yml = repo_root / "manifests" / "quickstart.yaml"
     assert main(["run", str(yml), "-o", str(out), "-q", "--no-report"]) == 0

@@ -70,7 +70,7 @@ def test_storage_roundtrip_and_tokenizer_mismatch(gpt2_table, gpt2_table_path, t
     assert gpt2_table_path.stat().st_size == 4096 + V * ((V + 7) // 8)
     with open(gpt2_table_path, "rb") as f:
         assert f.read(8) == b"TMLEGAL1"
-    with pytest.raises(TokenizerMismatchError, match=r"gpt2@306cd27f03c1.*cl100k_base@"):
+    with pytest.raises(TokenizerMismatchError, match=r"gpt2@[0-9a-f]{12}.*cl100k_base@"):
         LegalityTable.load(gpt2_table_path, encoding="cl100k_base")
     bad = tmp_path / "bad.legality"
     bad.write_bytes(b"NOTMAGIC" + bytes(5000))
