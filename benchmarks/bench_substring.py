@@ -28,18 +28,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_scale import _perturb  # the same perturbed copies as the scale bench
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO.parent / "shared" / "data" / "corpora"
 MILLION = 1_000_000
-
-
-def _perturb(text: str, rng: random.Random, rate: float = 0.03) -> str:
-    words = text.split(" ")
-    for i in range(len(words)):
-        if rng.random() < rate:
-            words[i] = rng.choice(("alpha", "beta", "gamma", "delta", "omega"))
-    return " ".join(words)
 
 
 def corpus(tokens: int) -> list[np.ndarray]:

@@ -147,3 +147,16 @@ def fake_hub(repo: FakeRepo) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def hub_env(tmp_path, endpoint: str) -> dict[str, str]:
+    """The environment of a ``tokenmill`` subprocess that reads the Hub at ``endpoint`` (this
+    stand-in), with its own cache and no offline switch or token from the caller."""
+    import os
+
+    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"),
+               HF_HUB_CACHE=str(tmp_path / "hf-cache"), HF_HUB_DISABLE_XET="1",
+               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_ETAG_TIMEOUT="30")
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_TOKEN"):
+        env.pop(name, None)
+    return env

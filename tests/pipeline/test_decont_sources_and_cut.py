@@ -9,7 +9,6 @@ import functools
 import http.server
 import io
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.pipeline.decont_data import corpus_texts, qa_examples
-from tests.pipeline.fake_hub import FakeRepo, fake_hub
+from tests.pipeline.fake_hub import FakeRepo, fake_hub, hub_env
 from tokenmill.manifests.schema import load_manifest
 from tokenmill.manifests.shards import iter_documents
 from tokenmill.pipeline.decont.index import ensure_index
@@ -93,13 +92,6 @@ def _http(folder: Path) -> Iterator[tuple[str, list[str]]]:
         server.server_close()
 
 
-def _hub_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
-    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"),
-               HF_HUB_CACHE=str(tmp_path / "hf-cache"), HF_HUB_DISABLE_XET="1",
-               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_ETAG_TIMEOUT="30")
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_TOKEN"):
-        env.pop(name, None)
-    return env
 
 
 def _parquet(rows: list[dict]) -> bytes:
@@ -129,7 +121,7 @@ def _remote_evals(tmp_path: Path, examples: list[dict], hosts: list[str]
     with _http(served) as (base, requests), fake_hub(repo) as endpoint:
         sets = (f"    - {{name: web-bench, path: '{base}/bench.jsonl', {fields}}}\n"
                 f"    - {{name: hub-bench, hub: '{REPO_ID}@{COMMIT}', split: test, {fields}}}\n")
-        yield sets, base, requests, repo, _hub_env(tmp_path, endpoint)
+        yield sets, base, requests, repo, hub_env(tmp_path, endpoint)
 
 
 def _one_line_error(r: subprocess.CompletedProcess, names: str) -> None:

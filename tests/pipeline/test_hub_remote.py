@@ -8,14 +8,12 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.pipeline.fake_hub import FakeRepo, fake_hub
+from tests.pipeline.fake_hub import FakeRepo, fake_hub, hub_env
 from tests.shared import corpora
 
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
@@ -68,13 +66,6 @@ def repo_files() -> dict[str, bytes]:
             "extra/notes.jsonl": b'{"text": "not part of any config"}\n'}
 
 
-def _env(tmp_path: Path, endpoint: str) -> dict[str, str]:
-    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"),
-               HF_HUB_CACHE=str(tmp_path / "hf-cache"), HF_HUB_DISABLE_XET="1",
-               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_ETAG_TIMEOUT="30")
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_TOKEN"):
-        env.pop(name, None)
-    return env
 
 
 def _fetched(repo: FakeRepo) -> set[str]:
@@ -120,7 +111,7 @@ def test_only_the_card_and_the_split_files_are_fetched(tmp_path, repo_files, fie
     repo = FakeRepo(REPO_ID, COMMIT, repo_files)
     with fake_hub(repo) as endpoint:
         r = subprocess.run([sys.executable, "-c", _RESOLVE, f"{REPO_ID}@main", *fields],
-                           capture_output=True, text=True, env=_env(tmp_path, endpoint),
+                           capture_output=True, text=True, env=hub_env(tmp_path, endpoint),
                            timeout=120)
     assert r.stdout.strip() == expect, r.stdout + r.stderr[-3000:]
     assert _fetched(repo) == fetched, repo.requests
@@ -148,7 +139,7 @@ def test_tokenmill_run_reads_one_config_from_the_hub(tmp_path, repo_files):
             out = tmp_path / run
             r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "run", str(mix), "-q",
                                 "--num-cpus", "1", "--no-report", "-o", str(out)],
-                               capture_output=True, text=True, env=_env(tmp_path, endpoint),
+                               capture_output=True, text=True, env=hub_env(tmp_path, endpoint),
                                timeout=600)
             assert r.returncode == 0, r.stderr
             outs.append(out)
@@ -187,7 +178,7 @@ def test_without_configs_the_default_layout_decides(tmp_path, files, split, expe
     with fake_hub(repo) as endpoint:
         r = subprocess.run([sys.executable, "-c", _RESOLVE, f"{REPO_ID}@{COMMIT}",
                             f"split={split}", *([] if card else ["license=mit"])],
-                           capture_output=True, text=True, env=_env(tmp_path, endpoint),
+                           capture_output=True, text=True, env=hub_env(tmp_path, endpoint),
                            timeout=120)
     assert r.stdout.strip() == f"OK {COMMIT} [{expect!r}] mit", r.stdout + r.stderr[-3000:]
     assert _fetched(repo) == {"README.md", expect}  # README.md: asked for, or found missing
