@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tokenmill import boundedyaml, outputlock
 from tokenmill.failures import disk_full_line, failure_line
@@ -118,3 +119,15 @@ def test_cli_prints_one_line_and_debug_shows_the_traceback(tmp_path, monkeypatch
     monkeypatch.setenv("TOKENMILL_DEBUG", "1")
     with pytest.raises(RuntimeError):
         cli.main(["report", str(tmp_path)])
+
+
+@pytest.mark.parametrize("text", ["a: 1\nb: 2\na: 3\n", "{a: 1, a: 2}\n", "x:\n  k: 1\n  'k': 2\n"])
+def test_a_key_named_twice_is_refused_with_its_line(text):
+    with pytest.raises(yaml.YAMLError) as e:
+        boundedyaml.load(text, "mix.yaml")
+    assert "appears twice" in str(e.value).splitlines()[0]
+
+
+def test_keys_a_merge_brings_in_may_be_overridden():
+    text = "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n"
+    assert boundedyaml.load(text, "f")["c"] == {"x": 3, "y": 2}

@@ -8,6 +8,8 @@ while it composes the node graph, before anything is constructed, and refuses a 
 over :data:`MAX_EXPANDED_NODES` nodes (a long string weighs one
 node per 100 characters), nested deeper than :data:`MAX_DEPTH`, or holding a
 recursive alias. Its cost is linear in the document's size (each node is measured once).
+A mapping that names one key twice is refused too: PyYAML keeps the last silently, so a
+datamix (or a card's ``license:``) could say two things and be read as one.
 A top-level helper: it imports nothing from tokenmill's packages.
 """
 
@@ -51,6 +53,24 @@ class BoundedLoader(yaml.SafeLoader):
         node = super().compose_document()
         _expanded_size(node, self.max_nodes)
         return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # keys a merge brings in may be overridden, as YAML allows
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice (lines {first} and "
+                    f"{key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def _expanded_size(root: yaml.Node, limit: int) -> int:
