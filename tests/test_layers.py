@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "boundedyaml": 0,
     "outputlock": 0,
     "storage": 0,
+    "objectcache": 0,
     "errors": 0,
     "failures": 0,
     "raysession": 0,

@@ -22,12 +22,14 @@ A top-level helper: it imports nothing from tokenmill's packages.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -317,3 +319,38 @@ def upload_tree(local: str | os.PathLike, url: str, names: list[str] | None = No
     rels = names if names is not None else list(list_tree(root))
     for rel in rels:
         upload(root / rel, join(url, rel))
+
+
+def publish_folder(local: str | os.PathLike, url: str, commit: str) -> None:
+    """Upload the files below the local folder ``local`` to ``url`` with the record
+    ``commit`` (a relative posix path, e.g. ``export.json``) uploaded last and the old one
+    removed first: a reader that finds the record finds every file it lists (a local
+    ``url`` other than ``local`` gets copies, each atomic)."""
+    if not is_url(url) and Path(local).resolve() == Path(url).resolve():
+        return
+    remove(join(url, commit))
+    upload_tree(local, url, [n for n in list_tree(local) if n != commit])
+    upload(Path(local) / commit, join(url, commit))
+
+
+@contextlib.contextmanager
+def output_folder(where: str | os.PathLike, commit: str) -> Iterator[Path]:
+    """The local folder a command writes its output folder ``where`` in: ``where`` itself
+    for a local path; for a URL, a fresh temporary folder of :func:`staging_root`,
+    uploaded when the block ends without an error with ``commit`` last
+    (:func:`publish_folder`), then deleted. A failed block uploads nothing.
+
+    Raises:
+        StorageError: the URL's bucket is missing or unreadable (before the block runs),
+            or an upload fails (one line naming the URL).
+    """
+    if not is_url(where):
+        yield Path(where)
+        return
+    url = normalize(where)
+    check_bucket(url)
+    staging = staging_root()
+    staging.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="output-", dir=staging) as tmp:
+        yield Path(tmp)
+        publish_folder(tmp, url, commit)

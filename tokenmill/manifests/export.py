@@ -26,6 +26,11 @@ tokenizer, per-source train tokens, and per split the format-independent digests
 tokens and sequence lengths, which ``tokenmill export verify`` recomputes from the files
 (:mod:`tokenmill.manifests.export_verify`).
 
+An output folder may be a URL (``s3://``, ``gs://``): the export is written in a fresh
+folder of this node's staging area, then uploaded with ``export.json`` last (the previous
+one removed first), so a reader that finds ``export.json`` finds every file it lists; files
+the previous export listed and this one does not are then deleted.
+
 Before anything is written, every shard and sidecar the manifest lists is checked against
 it (:func:`tokenmill.manifests.export_plan.open_mix`): a stale or truncated shard is refused,
 naming the files; ``verify=False`` (``--no-verify``) skips only the sha256 comparison.
@@ -40,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from tokenmill import objectcache, storage
 from tokenmill.atomic import atomic_write_text, sha256_file
 from tokenmill.manifests.export_plan import (
     DEFAULT_SEQ_LEN,
@@ -145,6 +151,9 @@ def export_mix(
             :func:`tokenmill.manifests.schedule.load_documents`).
     """
     settings = settings or LoaderSettings()
+    if storage.is_url(out_dir):
+        return _export_to_url(manifest_path, storage.normalize(out_dir), fmt, shard_tokens,
+                              splits, log, settings, verify)
     bad = [s for s in splits if s not in ("train", "val")]
     if bad:
         raise ValueError(f"unknown split(s) {bad}; use train and/or val")
@@ -156,8 +165,8 @@ def export_mix(
     files, sources, streams = [], {}, {}
     for stream in split_streams(opened, splits, settings):
         if not len(stream.pieces.length):
-            raise ValueError(f"{opened.manifest_path}: its {stream.split} split fills no "
-                             f"loader row of {settings.seq_len + 1} tokens "
+            raise ValueError(f"{objectcache.shown(opened.manifest_path)}: its {stream.split} "
+                             f"split fills no loader row of {settings.seq_len + 1} tokens "
                              f"(batch {settings.batch_size}): nothing to export")
         digest = StreamDigest()
         chunks = stream.chunks(shard_tokens, getattr(writer, "align_rows", False))
@@ -174,7 +183,7 @@ def export_mix(
                "tokenizer": m.tokenizer.model_dump(mode="json"), "files": files,
                "streams": streams, "sources": sources}
     summary["files"] += writer.finish(summary)
-    stale = _previous_files(out) - {f["path"] for f in summary["files"]}
+    stale = _previous_files(out / EXPORT_FILE) - {f["path"] for f in summary["files"]}
     atomic_write_text(out / EXPORT_FILE, json.dumps(summary, indent=2, sort_keys=True) + "\n")
     for rel in sorted(stale):  # a trainer globbing the folder must not read them
         (out / rel).unlink(missing_ok=True)
@@ -182,13 +191,31 @@ def export_mix(
     return summary
 
 
-def _previous_files(out: Path) -> set[str]:
-    """Files the export listing already in ``out`` names (none when there is none)."""
+def _export_to_url(manifest_path: str | os.PathLike, url: str, fmt: str, shard_tokens: int,
+                   splits: tuple[str, ...], log, settings: LoaderSettings, verify: bool
+                   ) -> dict:
+    """:func:`export_mix` into the bucket folder ``url``: written in a fresh local folder,
+    uploaded with ``export.json`` last, then the previous export's files not listed again
+    deleted (a reader globbing the folder must not take them)."""
+    with storage.output_folder(url, EXPORT_FILE) as tmp:  # a missing bucket fails first
+        previous = _previous_files(storage.join(url, EXPORT_FILE))
+        summary = export_mix(manifest_path, tmp, fmt, shard_tokens, splits, log, settings,
+                             verify)
+    for rel in sorted(previous - {f["path"] for f in summary["files"]}):
+        storage.remove(storage.join(url, rel))
+        log(f"removed {storage.redact(storage.join(url, rel))} (listed by the previous "
+            f"export in {storage.redact(url)})")
+    return summary
+
+
+def _previous_files(listing: str | os.PathLike) -> set[str]:
+    """Files the export listing ``listing`` (a path or URL) names (none when there is
+    none)."""
     try:
-        listed = json.loads((out / EXPORT_FILE).read_text(encoding="utf-8"))["files"]
+        listed = json.loads(storage.read_bytes(listing).decode("utf-8"))["files"]
         paths = {Path(f["path"]) for f in listed}
         return {p.as_posix() for p in paths if not p.is_absolute() and ".." not in p.parts}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, storage.StorageError):
         return set()
 
 

@@ -54,7 +54,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tokenmill import boundedyaml
+from tokenmill import boundedyaml, objectcache, storage
 from tokenmill.atomic import sha256_bytes, sha256_file
 from tokenmill.errors import error_lines
 from tokenmill.manifests.mixschema import (
@@ -221,8 +221,8 @@ def _resolve_manifests(spec: MixSpec, base: Path, verify: bool
     complete, every shard and sidecar checked; sha256 too with ``verify``)."""
     out = []
     for m in spec.manifests:
-        p = Path(m)
-        p = p if p.is_absolute() else base / p
+        p: str | Path = m if storage.is_url(m) else Path(m)
+        p = p if storage.is_url(p) or Path(p).is_absolute() else base / p
         opened = open_shards(p, None, kind="curation", verify=verify)
         out.append((opened.manifest_path, opened.manifest))
     first_path, first = out[0]
@@ -404,7 +404,7 @@ def _mix_shards(src: SourceEntry, folder: Path, root: Path, frac: float) -> list
         shards = [s for s in src.shards if s.split == split]
         for s, (a, b, nd) in zip(shards, _ranges(shards, folder, fr), strict=True):
             entries.append(MixShard(
-                path=os.path.relpath(folder / s.path, root), split=split, version=s.version,
+                path=objectcache.relative(folder / s.path, root), split=split, version=s.version,
                 tokens=s.tokens, documents=s.documents, sha256=s.sha256,
                 sidecar_sha256=s.sidecar_sha256, start=a, end=b, range_tokens=b - a,
                 range_documents=nd))
@@ -456,7 +456,7 @@ def plan_mix(spec: MixSpec, spec_dir: str | os.PathLike, out_dir: str | os.PathL
     avail = np.array([src.tokens.get("train", 0) for _, src in resolved], dtype=np.float64)
     segs = _segments(spec)
     g = _grants(spec, keys, avail, segs)
-    refs = [CurationRef(name=m.name, path=os.path.relpath(p, root), sha256=sha256_file(p))
+    refs = [CurationRef(name=m.name, path=objectcache.relative(p, root), sha256=sha256_file(p))
             for p, m in mans]
     sources = [_mix_source(spec, k, i, mi, src, mans[mi][0].parent, root, g, segs[0][2][k])
                for i, (k, (mi, src)) in enumerate(zip(keys, resolved, strict=True))]
@@ -514,20 +514,44 @@ def plan_curation(opened: OpenedShards, seed: int = 0, epochs: float = 1.0
     return plan.manifest, Path(plan.root)
 
 
+def _local(where: str | os.PathLike) -> Path:
+    """``where`` itself, or for a URL the path of its copy in this node's cache
+    (:func:`tokenmill.objectcache.cache_path`)."""
+    return objectcache.cache_path(str(where)) if storage.is_url(where) else Path(where)
+
+
 def plan_spec_file(spec_path: str | os.PathLike, out_path: str | os.PathLike | None = None,
                    verify: bool = True) -> MixPlan:
-    """:func:`plan_mix` for a spec file; paths relative to ``out_path``'s folder if given."""
-    spec_path = Path(spec_path)
-    out_dir = Path(out_path).resolve().parent if out_path is not None else None
+    """:func:`plan_mix` for a spec file; paths relative to ``out_path``'s folder if given.
+    Either may be a URL (the spec is downloaded; manifests it names relative to itself are
+    then in its bucket).
+
+    Raises:
+        FileNotFoundError: no spec there. StorageError: its bucket cannot be read.
+    """
+    if storage.is_url(spec_path) and objectcache.fresh_copy(str(spec_path)) is None:
+        raise FileNotFoundError(f"{storage.redact(str(spec_path))}: not found (a mix spec)")
+    spec_path = _local(spec_path)
+    out_dir = _local(out_path).resolve().parent if out_path is not None else None
     return plan_mix(load_spec(spec_path), spec_path.parent, out_dir=out_dir, verify=verify)
 
 
 def build_mix(spec_path: str | os.PathLike, out_path: str | os.PathLike,
               verify: bool = True) -> TrainingMixManifest:
-    """Plan ``spec_path`` and write the training-mix manifest to ``out_path``
-    atomically. Returns the manifest."""
+    """Plan ``spec_path`` and write the training-mix manifest to ``out_path`` atomically
+    (a URL: written in this node's cache, then uploaded as one object, which a reader sees
+    whole or not at all). Returns the manifest.
+
+    Raises:
+        StorageError: ``out_path``'s bucket is missing or refuses the write (one line
+            naming the URL), checked before any shard is read.
+    """
+    if storage.is_url(out_path):
+        storage.check_bucket(str(out_path))
     plan = plan_spec_file(spec_path, out_path, verify=verify)
-    plan.manifest.write(out_path)
+    plan.manifest.write(_local(out_path))
+    if storage.is_url(out_path):
+        storage.upload(_local(out_path), str(out_path))
     return plan.manifest
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from tokenmill import objectcache
 from tokenmill.manifests.mixschema import TrainingMixManifest
 from tokenmill.manifests.shards import read_sidecar, read_tokens
 from tokenmill.manifests.verify import VerifiedShard, check_shards
@@ -282,7 +283,7 @@ def load_documents(manifest: TrainingMixManifest, root: str | os.PathLike,
             uint16 and uint32 versions, or there are no documents.
     """
     root = Path(root)
-    check_shards([VerifiedShard(path=(root / sh.path).resolve(), entry=sh, source=name)
+    check_shards([VerifiedShard(path=objectcache.locate(root, sh.path), entry=sh, source=name)
                   for name, shards in _groups(manifest, split) for sh in shards],
                  verify=verify, what="the training-mix manifest")
     return documents_of(manifest, root, split)
@@ -308,7 +309,7 @@ def documents_of(manifest: TrainingMixManifest, root: str | os.PathLike,
     for _, shards in groups:
         lo.append(n_docs)
         for sh in shards:
-            p = (root / sh.path).resolve()
+            p = objectcache.locate(root, sh.path)
             if str(p) not in paths:
                 paths[str(p)] = len(arrays)
                 arrays.append(np.asarray(read_tokens(p)))

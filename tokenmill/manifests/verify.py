@@ -14,6 +14,12 @@ Every consumer of shards (the trainer's loader, ``mix build``, ``shards export``
 
 ``verify=False`` skips only the hashing (step 3); it is an explicit opt-out that the
 commands print.
+
+A manifest may be a URL (``s3://``, ``gs://``, ``hf://``) or sit in a folder of one: it is
+downloaded afresh, and the shards and sidecars it lists are downloaded once into this node's
+cache (:mod:`tokenmill.objectcache`), each checked against the manifest's sha256 as it
+arrives (a cached copy is reused while its sha256 matches), then read as local files.
+Messages name the objects by their URL.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tokenmill import objectcache, storage
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.mixschema import MixShard, TrainingMixManifest
 from tokenmill.manifests.schema import (
@@ -78,9 +85,21 @@ class OpenedShards:
 
 
 def manifest_file(path: str | os.PathLike) -> Path:
-    """``path`` itself, or ``path/manifest.json`` when ``path`` is a folder."""
-    p = Path(path)
-    return p / MANIFEST_NAME if p.is_dir() else p
+    """``path`` itself, or ``path/manifest.json`` when ``path`` is a folder. For a URL (or
+    a path in a cached copy of a bucket's folder): the manifest downloaded afresh into the
+    cache (a ``.json`` URL is the file, any other the folder); the returned path does not
+    exist when there is no such object.
+
+    Raises:
+        StorageError: the bucket is missing or cannot be read (one line naming the URL).
+    """
+    url = objectcache.remote(path)
+    if url is None:
+        p = Path(path)
+        return p / MANIFEST_NAME if p.is_dir() else p
+    if not url.endswith(".json"):
+        url = storage.join(url, MANIFEST_NAME)
+    return objectcache.fresh_copy(url) or objectcache.cache_path(url)
 
 
 def read_manifest(path: str | os.PathLike, kind: Kind = "curation"
@@ -97,14 +116,16 @@ def read_manifest(path: str | os.PathLike, kind: Kind = "curation"
     """
     p = manifest_file(path)
     if not p.is_file():
-        where = f"{p.parent} has no {p.name}" if Path(path).is_dir() else f"{p}: not found"
+        folder = p.parent if p != Path(path) else None
+        where = (f"{objectcache.shown(folder)} has no {p.name}" if folder is not None
+                 else f"{objectcache.shown(p)}: not found")
         raise ShardVerifyError(f"{where}: no {kind} manifest (an unfinished or "
                                "half-written output folder?)")
     model = DatamixManifest if kind == "curation" else TrainingMixManifest
     try:
         return p, load_manifest_as(p, model)
     except ManifestError as e:
-        raise ShardVerifyError(str(e)) from None
+        raise ShardVerifyError(str(e).replace(str(p), objectcache.shown(p))) from None
 
 
 def listed_shards(m: DatamixManifest | TrainingMixManifest, root: Path,
@@ -118,7 +139,8 @@ def listed_shards(m: DatamixManifest | TrainingMixManifest, root: Path,
             entries: list = list(src.shards)
         else:
             entries = list(src.shards) + list(src.val_shards)
-        out += [VerifiedShard(path=(root / e.path).resolve(), entry=e, source=src.name)
+        out += [VerifiedShard(path=objectcache.locate(root, e.path), entry=e,
+                              source=src.name)
                 for e in entries if split in (None, e.split)]
     return out
 
@@ -126,31 +148,68 @@ def listed_shards(m: DatamixManifest | TrainingMixManifest, root: Path,
 def _presence_problem(s: VerifiedShard, what: str) -> str | None:
     """One line if the shard or its sidecar is missing or the header disagrees."""
     if not s.path.is_file():
-        return f"{s.path}: missing (listed in {what})"
+        return f"{objectcache.shown(s.path)}: missing (listed in {what})"
     if not s.sidecar.is_file():
-        return f"{s.sidecar}: missing document sidecar (listed in {what})"
+        return f"{objectcache.shown(s.sidecar)}: missing document sidecar (listed in {what})"
     try:
         h = read_header(s.path)
     except ShardError as e:
         return f"{e} (listed in {what}; truncated or half-written?)"
     if h.n_tokens != s.entry.tokens or h.version != s.entry.version:
-        return (f"{s.path}: header has {h.n_tokens} tokens, version {h.version}; {what} "
-                f"says {s.entry.tokens}, version {s.entry.version}")
+        return (f"{objectcache.shown(s.path)}: header has {h.n_tokens} tokens, version "
+                f"{h.version}; {what} says {s.entry.tokens}, version {s.entry.version}")
     return None
 
 
-def _mismatches(shards: list[VerifiedShard]) -> list[tuple[Path, str, str]]:
-    """(file, found sha256, expected) for every shard or sidecar that differs, in order."""
-    jobs = [(p, want) for s in shards
+def _files(shards: list[VerifiedShard]) -> list[tuple[Path, str]]:
+    """(file, expected sha256) of every shard and sidecar, in order."""
+    return [(p, want) for s in shards
             for p, want in ((s.path, s.entry.sha256), (s.sidecar, s.entry.sidecar_sha256))]
+
+
+def fetch_remote(shards: list[VerifiedShard], *, verify: bool = True,
+                 what: str = "the manifest") -> set[Path]:
+    """Download the shards and sidecars that are cached copies of objects in a bucket
+    (:func:`tokenmill.objectcache.verified_copy`: once, each checked against its
+    manifest sha256 with ``verify``); a missing object is left for the presence check.
+
+    Returns:
+        the files whose sha256 was checked here (with ``verify``; else none).
+
+    Raises:
+        ShardVerifyError: an object's sha256 differs from the manifest's (names its URL).
+        StorageError: a bucket is missing or cannot be read (one line naming the URL).
+    """
+    jobs = [(p, objectcache.cached_url(p), want) for p, want in _files(shards)]
+    jobs = [j for j in jobs if j[1] is not None]
+
+    def get(job: tuple[Path, str, str]) -> None:
+        try:
+            objectcache.verified_copy(job[1], job[2] if verify else None)
+        except FileNotFoundError:
+            job[0].unlink(missing_ok=True)
+        except objectcache.ChecksumError as e:
+            raise ShardVerifyError(f"{e} (listed in {what}); the object changed after the "
+                                   "manifest was written") from None
+
+    with ThreadPoolExecutor(max_workers=min(8, len(jobs) or 1)) as pool:
+        list(pool.map(get, jobs))
+    return {j[0] for j in jobs} if verify else set()
+
+
+def _mismatches(shards: list[VerifiedShard], checked: frozenset[Path] = frozenset()
+                ) -> list[tuple[Path, str, str]]:
+    """(file, found sha256, expected) for every shard or sidecar that differs, in order
+    (files in ``checked`` were hashed as they were downloaded)."""
+    jobs = [(p, want) for p, want in _files(shards) if p not in checked]
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         digests = list(pool.map(lambda j: sha256_file(j[0]), jobs))
     return [(p, got, want) for (p, want), got in zip(jobs, digests, strict=True) if got != want]
 
 
 def _sha_line(p: Path, got: str, want: str, what: str) -> str:
-    return (f"{p}: sha256 {got[:16]}… differs from {what} ({want[:16]}…); the file changed "
-            "after the manifest was written")
+    return (f"{objectcache.shown(p)}: sha256 {got[:16]}… differs from {what} ({want[:16]}…); "
+            "the file changed after the manifest was written")
 
 
 def shard_problems(shards: list[VerifiedShard], *, verify: bool = True,
@@ -158,6 +217,7 @@ def shard_problems(shards: list[VerifiedShard], *, verify: bool = True,
     """Every problem of ``shards``, one line each (for reports such as ``manifest
     validate``): presence and header per shard, then (``verify``) the sha256 mismatches
     of the shards that are present, in manifest order."""
+    checked = fetch_remote(shards, verify=verify, what=what)
     problems, present = [], []
     for s in shards:
         prob = _presence_problem(s, what)
@@ -166,7 +226,8 @@ def shard_problems(shards: list[VerifiedShard], *, verify: bool = True,
         else:
             present.append(s)
     if verify:
-        problems += [_sha_line(p, got, want, what) for p, got, want in _mismatches(present)]
+        problems += [_sha_line(p, got, want, what)
+                     for p, got, want in _mismatches(present, frozenset(checked))]
     return problems
 
 
@@ -178,13 +239,14 @@ def check_shards(shards: list[VerifiedShard], *, verify: bool = True,
         ShardVerifyError: one line naming the first offending file; for sha256
             mismatches it also counts and names (up to 8) the other differing files.
     """
+    checked = fetch_remote(shards, verify=verify, what=what)
     for s in shards:
         prob = _presence_problem(s, what)
         if prob:
             raise ShardVerifyError(prob)
     if not verify:
         return
-    bad = _mismatches(shards)
+    bad = _mismatches(shards, frozenset(checked))
     if not bad:
         return
     line = _sha_line(*bad[0], what)
@@ -223,8 +285,8 @@ def open_shards(path: str | os.PathLike, split: Literal["train", "val"] | None =
     root = mpath.resolve().parent
     shards = listed_shards(m, root, split)
     if log:
-        log(f"checking {len(shards)} shard(s) of {mpath}"
+        log(f"checking {len(shards)} shard(s) of {objectcache.shown(mpath)}"
             + ("" if verify else " (sha256 verification is off)"))
-    check_shards(shards, verify=verify, what=str(mpath))
+    check_shards(shards, verify=verify, what=objectcache.shown(mpath))
     return OpenedShards(manifest=m, manifest_path=mpath, root=root, shards=shards,
                         verified=verify)

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tokenmill import storage
 from tokenmill.cliargs import add_output_argument, add_quiet_argument
 from tokenmill.ngram.ngramfeat_commands import add_features_command, parse_orders
 from tokenmill.ngram.precompute_commands import add_lem_command, positive_int
@@ -78,16 +79,18 @@ def _build(args: argparse.Namespace) -> int:
     if args.no_verify:
         print("shard verification is off (--no-verify)", file=sys.stderr)
     split = None if args.split == "all" else args.split
-    s = build_index(args.manifest, args.out, split=split, progress=not args.quiet,
-                    verify=not args.no_verify)
+    # a URL: built in a local folder, then uploaded with meta.json (the index's record) last
+    with storage.output_folder(args.out, "meta.json") as out:
+        s = build_index(args.manifest, out, split=split, progress=not args.quiet,
+                        verify=not args.no_verify)
+        c = build_counts(out, out / "counts", orders=orders) if args.counts else None
     rows = [("split", args.split), ("tokens", f"{s['tokens']:,}"),
             ("parts / shards", f"{s['parts']} / {s['shards']}"),
             ("build time", f"{s['seconds']:.2f} s"),
             ("build speed", f"{s['tokens'] / s['seconds'] / 1e6:.2f} M tokens/s"),
             ("index size", f"{s['bytes'] / 2**20:.1f} MiB ({s['bytes_per_token']:.2f} "
                            "bytes/token)")]
-    if args.counts:
-        c = build_counts(args.out, Path(args.out) / "counts", orders=orders)
+    if c is not None:
         rows += [("counts orders", f"{orders[0]}-{orders[-1]}" if orders == list(
                      range(orders[0], orders[-1] + 1)) else ",".join(map(str, orders))),
                  ("counts build time", f"{c['seconds']:.2f} s"),
@@ -96,7 +99,8 @@ def _build(args: argparse.Namespace) -> int:
         rows += [(f"order {n} contexts", f"{v:,} stored (seen >= 2 times), "
                   f"{c['followers'][n]:,} followers") for n, v in c["contexts"].items()]
     w = max(len(r[0]) for r in rows)
-    print(f"suffix-array index -> {args.out}" + (f" (counts -> {args.out}/counts)"
+    shown = storage.redact(args.out)
+    print(f"suffix-array index -> {shown}" + (f" (counts -> {shown}/counts)"
                                                  if args.counts else ""))
     for k, v in rows:
         print(f"  {k:<{w}}  {v}")
@@ -213,8 +217,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     nsub = p.add_subparsers(dest="ngram_command", required=True, metavar="COMMAND",
                             help="the command to run")
     b = nsub.add_parser("build", help="build the suffix-array index of a manifest's shards")
-    b.add_argument("manifest", help="manifest.json or its folder")
-    add_output_argument(b, required=True, dest="out", help="index folder to write",
+    b.add_argument("manifest", help="manifest.json or its folder (a path or an s3://, gs:// "
+                   "or hf:// URL)")
+    add_output_argument(b, required=True, dest="out", help="index folder to write (a path or "
+                        "an s3:// or gs:// URL)",
                         aliases=("--out",))
     b.add_argument("--split", default="train", choices=["train", "val", "all"])
     b.add_argument("--counts", action="store_true",

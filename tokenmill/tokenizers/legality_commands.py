@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from tokenmill import storage
 from tokenmill.cliargs import add_output_argument, add_quiet_argument
 
 
@@ -29,9 +30,15 @@ def _build(args: argparse.Namespace) -> int:
     from tokenmill.tokenizers.legality import SPEEDRUN_GPT2_IMPOSSIBLE, LegalityTable
     from tokenmill.tokenizers.prefix import PrefixMap
 
+    if storage.is_url(args.output):
+        storage.check_bucket(args.output)  # before the build, not after it
     table = LegalityTable.build(args.encoding, progress=not args.quiet)
-    out = table.save(Path(args.output))
-    prefix_out = PrefixMap.build(args.encoding).save(out.parent)  # beside the table
+    folder, name = _table_place(args.output, table.identity.name)
+    # a URL: saved in a local folder, then uploaded with the table last (its record)
+    with storage.output_folder(folder, name) as local:
+        out = table.save(local / name)
+        prefix_out = PrefixMap.build(args.encoding).save(out.parent)  # beside the table
+        sizes = out.stat().st_size, prefix_out.stat().st_size
     n = table.meta["n_impossible"]
     V = table.n_vocab
     print(f"{'encoding':22s} {args.encoding}")
@@ -43,9 +50,27 @@ def _build(args: argparse.Namespace) -> int:
     if args.encoding in ("gpt2", "r50k_base"):
         print(f"{'speedrun record mask':22s} {SPEEDRUN_GPT2_IMPOSSIBLE:,} "
               f"(ours / record = {n / SPEEDRUN_GPT2_IMPOSSIBLE:.3f})")
-    print(f"{'written':22s} {out} ({out.stat().st_size / 2**20:.1f} MiB)")
-    print(f"{'prefix map':22s} {prefix_out} ({prefix_out.stat().st_size / 2**10:.0f} KiB)")
+    print(f"{'written':22s} {storage.redact(storage.join(folder, name))} "
+          f"({sizes[0] / 2**20:.1f} MiB)")
+    print(f"{'prefix map':22s} {storage.redact(storage.join(folder, prefix_out.name))} "
+          f"({sizes[1] / 2**10:.0f} KiB)")
     return 0
+
+
+def _table_place(output: str, name: str) -> tuple[str, str]:
+    """``(folder, file name)`` of the table ``legality build -o OUTPUT`` writes: OUTPUT
+    itself when it names a file (has a suffix), else ``NAME.legality`` in the folder
+    OUTPUT (a path or a URL)."""
+    if storage.is_url(output):
+        url = storage.normalize(output)
+        head, _, last = url.partition("://")[2].rpartition("/")
+        if head and "." in last:  # a file below the bucket
+            return url[: -len(last) - 1], last
+        return url, f"{name}.legality"
+    p = Path(output)
+    if p.is_dir() or p.suffix == "":
+        return str(p), f"{name}.legality"
+    return str(p.parent), p.name
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -151,7 +176,8 @@ def add_legality_commands(sub: argparse._SubParsersAction) -> None:
     b = lsub.add_parser("build", help="build and save the impossible-continuation table and "
                         "the prefix map beside it")
     b.add_argument("encoding", help=_ENCODING_HELP)
-    add_output_argument(b, required=True, metavar="PATH", help="output folder (or file)")
+    add_output_argument(b, required=True, metavar="PATH", help="output folder (or file): a "
+                        "path or an s3:// or gs:// URL")
     add_quiet_argument(b, help="no progress bar")
     b.set_defaults(func=_resolving(_build))
     q = lsub.add_parser("query", help="is NEXT possible after PREV, and why")

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tokenmill import boundedyaml
+from tokenmill import boundedyaml, storage
 from tokenmill.errors import MAX_ERROR_LINES, field_lines
 
 
@@ -45,7 +45,8 @@ class TrainConfig(BaseModel):
                               protected_namespaces=())
 
     data: str = Field(description="mix manifest (`tokenmill mix build`) or curation "
-                      "manifest (file or folder)")
+                      "manifest (file or folder); a path or an s3://, gs:// or hf:// URL, "
+                      "whose shards are downloaded once into the node's cache")
     out_dir: str = Field(
         default="runs/train",
         description="run folder: config.json, metrics.json, checkpoints, summary (-o/--output "
@@ -192,7 +193,8 @@ class TrainConfig(BaseModel):
                                    f"got a {type(raw).__name__}")
         for key in ("data", "out_dir", "legality", "lem_features", "ngram_features",
                     "ngram_val_features"):
-            if isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute():
+            if (isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute()
+                    and not storage.is_url(raw[key])):
                 raw[key] = str((p.parent / raw[key]).resolve())
         raw.update({k: v for k, v in overrides.items() if v is not None})
         try:
