@@ -130,11 +130,14 @@ def test_mix_build_names_a_bucket_folder_by_its_url(s3, local_runs, tmp_path):
 def test_shards_export_from_a_bucket_to_a_bucket(s3, local_runs, tmp_path):
     """``shards export`` of the mix manifest in the bucket into a bucket folder: every
     object is the local export's bytes, export.json included."""
-    args = ("--format", "modded-nanogpt", "--seq-len", "64", "--shard-tokens", "20000")
-    _ok(_tm(local_runs, "shards", "export", "mixes/mix.json", "-o", str(tmp_path / "local"),
-            *args))
+    from tokenmill.manifests.export import export_mix
+    from tokenmill.manifests.export_plan import LoaderSettings
+
+    export_mix(local_runs / "mixes" / "mix.json", tmp_path / "local", "modded-nanogpt",
+               shard_tokens=20_000, settings=LoaderSettings(seq_len=64), log=lambda _: None)
     _ok(_tm(tmp_path, "shards", "export", "s3://runs/mixes/mix.json", "-o", "s3://out/export",
-            *args, env=_env(s3, tmp_path)))
+            "--format", "modded-nanogpt", "--seq-len", "64", "--shard-tokens", "20000",
+            env=_env(s3, tmp_path)))
     local = _local_files(tmp_path / "local")
     assert len(local) > 4
     assert s3.objects("out", "export") == local
@@ -143,8 +146,11 @@ def test_shards_export_from_a_bucket_to_a_bucket(s3, local_runs, tmp_path):
 def test_ngram_build_from_a_bucket_to_a_bucket(s3, local_runs, tmp_path):
     """``ngram build --counts`` of the curation output in the bucket into a bucket folder:
     the index's and the counts' files are the local build's bytes."""
-    _ok(_tm(local_runs, "ngram", "build", "web", "-o", str(tmp_path / "local"), "--counts",
-            "--orders", "2-3", "-q"))
+    from tokenmill.ngram.counts import build_counts
+    from tokenmill.ngram.index import build_index
+
+    build_index(local_runs / "web", tmp_path / "local", progress=False)
+    build_counts(tmp_path / "local", tmp_path / "local" / "counts", orders=[2, 3])
     out = _ok(_tm(tmp_path, "ngram", "build", "s3://runs/web", "-o", "s3://out/index",
                   "--counts", "--orders", "2-3", "-q", env=_env(s3, tmp_path)))
     assert "suffix-array index -> s3://out/index" in out
@@ -249,3 +255,28 @@ def test_a_changed_object_is_refused_by_its_sha256(s3, local_runs, tmp_path):
             env=_env(s3, tmp_path))
     rel = shard.relative_to(tmp_path / "web").as_posix()
     _one_line(r, f"s3://out/changed/{rel}: sha256", "differs")
+
+
+def test_cached_copies_keep_the_buckets_layout(tmp_path, monkeypatch):
+    """A URL's cached copy maps back to the URL; a mix manifest names a shard in its own
+    bucket relatively, one elsewhere by URL, and both are found again; a path that climbs
+    above its bucket is refused."""
+    from tokenmill import objectcache
+
+    monkeypatch.setenv("TOKENMILL_CACHE_DIR", str(tmp_path / "cache"))
+    shard = objectcache.cache_path("s3://runs/web/shards/c4/train_0000.bin")
+    assert shard == tmp_path / "cache" / "s3" / "runs" / "web" / "shards" / "c4" / \
+        "train_0000.bin"
+    assert objectcache.cached_url(shard) == "s3://runs/web/shards/c4/train_0000.bin"
+    mixes = objectcache.cache_path("s3://runs/mixes")
+    assert objectcache.relative(shard, mixes) == "../web/shards/c4/train_0000.bin"
+    assert objectcache.locate(mixes, "../web/shards/c4/train_0000.bin") == shard
+    other = objectcache.cache_path("s3://out/mixes")
+    assert objectcache.relative(shard, other) == "s3://runs/web/shards/c4/train_0000.bin"
+    assert objectcache.relative(shard, tmp_path / "local") == \
+        "s3://runs/web/shards/c4/train_0000.bin"
+    assert objectcache.locate(tmp_path, "s3://runs/web/shards/c4/train_0000.bin") == shard
+    assert objectcache.relative(tmp_path / "a" / "x.bin", tmp_path / "b") == "../a/x.bin"
+    assert objectcache.cached_url(tmp_path / "elsewhere.bin") is None
+    with pytest.raises(ValueError, match="above it"):
+        objectcache.cache_path("s3://runs/../../etc/passwd")

@@ -96,7 +96,7 @@ def relative(target: str | os.PathLike, root: str | os.PathLike) -> str:
     target's URL (or absolute local path)."""
     t_url, r_url = remote(target), remote(root)
     if t_url is None and r_url is None:
-        return Path(os.path.relpath(Path(target).resolve(), Path(root).resolve())).as_posix()
+        return Path(os.path.relpath(target, root)).as_posix()
     if t_url is not None and r_url is not None and _bucket(t_url) == _bucket(r_url):
         return posixpath.relpath(_clean(t_url)[1], _clean(r_url)[1])
     return storage.redact(t_url) if t_url is not None else str(Path(target).resolve())

@@ -139,7 +139,7 @@ class MixSpec(_Model):
     manifests: list[str] = Field(
         min_length=1,
         description="curation manifests (manifest.json or its folder) the sources come from, "
-        "relative to the spec")
+        "relative to the spec, or URLs")
     target_tokens: int = Field(
         gt=0,
         description="token budget of the run (training tokens, EOT included)")
@@ -239,7 +239,9 @@ def _find_source(key: str, s: MixSourceSpec, mans: list[tuple[Path, DatamixManif
     want = s.source or key
     hits = []
     for i, (p, m) in enumerate(mans):
-        if s.manifest is not None and s.manifest not in (m.name, str(p), p.name, p.parent.name):
+        names = (m.name, str(p), p.name, p.parent.name, objectcache.shown(p),
+                 objectcache.shown(p.parent))  # a manifest in a bucket by its URL too
+        if s.manifest is not None and s.manifest not in names:
             continue
         hits += [(i, src) for src in m.sources if src.name == want]
     if not hits:

@@ -5,8 +5,9 @@
   effective share, shortfall; units on a second header line, shares in %), a line for each
   share that differs from the spec's saying why, and any warnings; nothing is written.
 * ``tokenmill mix build SPEC -o OUT.json`` plans and writes the
-  training-mix manifest (paths inside it are relative to OUT's folder), printing the same
-  table.
+  training-mix manifest (paths inside it are relative to OUT's folder, or URLs for
+  shards in another bucket), printing the same table. SPEC, the manifests and OUT may be
+  URLs (:mod:`tokenmill.objectcache`).
 * ``tokenmill shards export --format FORMAT MIX.json -o DIR`` writes the mix as
   modded-nanogpt, Megatron-LM / NeMo, OLMo or Hugging Face files
   (:mod:`tokenmill.manifests.export`): exactly the token stream ``MixLoader`` yields for
@@ -92,19 +93,23 @@ def add_mix_commands(sub: argparse._SubParsersAction, shards_sub: argparse._SubP
     p.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     p.set_defaults(func=_plan)
     b = msub.add_parser("build", help="write the training-mix manifest")
-    b.add_argument("spec", help="the mix spec YAML (e.g. manifests/mix-example.yaml)")
-    b.add_argument("-o", "--output", required=True, help="training-mix manifest to write (.json)")
+    b.add_argument("spec", help="the mix spec YAML (e.g. manifests/mix-example.yaml; a path "
+                   "or a URL)")
+    b.add_argument("-o", "--output", required=True, help="training-mix manifest to write "
+                   "(.json; a path or an s3:// or gs:// URL)")
     b.add_argument("--no-verify", action="store_true", help=NO_VERIFY_HELP)
     b.set_defaults(func=_build)
 
     e = shards_sub.add_parser("export", help="write a training mix as the files another "
                                              "trainer reads (docs/exports.md)")
-    e.add_argument("manifest", help="training-mix manifest (tokenmill mix build)")
+    e.add_argument("manifest", help="training-mix manifest (tokenmill mix build; a path or "
+                   "a URL)")
     e.add_argument("--format", required=True, choices=list(EXPORT_FORMATS),
                    help="modded-nanogpt (uint16 .bin shards), megatron (Megatron-LM / NeMo "
                         ".bin/.idx), olmo (Dolma .npy + .csv.gz), hf (parquet input_ids + "
                         "dataset card)")
-    e.add_argument("-o", "--output", required=True, help="output folder")
+    e.add_argument("-o", "--output", required=True, help="output folder (a path or an s3:// "
+                   "or gs:// URL)")
     e.add_argument("--shard-tokens", type=int, default=100_000_000,
                    help="most tokens per shard (default 10^8, as FineWeb's)")
     e.add_argument("--splits", default="train,val", help="comma list of train,val")

@@ -116,7 +116,7 @@ def read_manifest(path: str | os.PathLike, kind: Kind = "curation"
     """
     p = manifest_file(path)
     if not p.is_file():
-        folder = p.parent if p != Path(path) else None
+        folder = p.parent if p.name != Path(str(path)).name else None
         where = (f"{objectcache.shown(folder)} has no {p.name}" if folder is not None
                  else f"{objectcache.shown(p)}: not found")
         raise ShardVerifyError(f"{where}: no {kind} manifest (an unfinished or "
@@ -217,7 +217,10 @@ def shard_problems(shards: list[VerifiedShard], *, verify: bool = True,
     """Every problem of ``shards``, one line each (for reports such as ``manifest
     validate``): presence and header per shard, then (``verify``) the sha256 mismatches
     of the shards that are present, in manifest order."""
-    checked = fetch_remote(shards, verify=verify, what=what)
+    try:
+        checked = fetch_remote(shards, verify=verify, what=what)
+    except ShardVerifyError as e:  # an object in a bucket that differs from its manifest
+        return [str(e)]
     problems, present = [], []
     for s in shards:
         prob = _presence_problem(s, what)
