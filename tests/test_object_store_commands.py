@@ -280,3 +280,24 @@ def test_cached_copies_keep_the_buckets_layout(tmp_path, monkeypatch):
     assert objectcache.cached_url(tmp_path / "elsewhere.bin") is None
     with pytest.raises(ValueError, match="above it"):
         objectcache.cache_path("s3://runs/../../etc/passwd")
+
+
+def test_no_credentials_and_a_refused_write_are_one_line(local_runs, tmp_path):
+    """Against a server that checks every request (IAM): reading a curation output with
+    no credentials in the environment, and a user allowed only to read who writes a mix
+    manifest: each one line naming the URL, exit 2."""
+    srv = S3Server(auth=True).start()
+    try:
+        srv.client().create_bucket(Bucket="runs")
+        for folder in ("web", "specs"):
+            srv.put_folder(local_runs / folder, "runs", folder)
+        base = dict(os.environ, PYTHONPATH=str(REPO),
+                    TOKENMILL_STAGING_DIR=str(tmp_path / "staging"))
+        r = _tm(tmp_path, "ngram", "build", "s3://runs/web", "-o", "idx",
+                env=srv.env(None, base=base))
+        _one_line(r, "s3://runs/web", "no credentials")
+        r = _tm(tmp_path, "mix", "build", "s3://runs/specs/spec.yaml", "-o",
+                "s3://runs/mixes/denied.json", env=srv.env("reader", base=base))
+        _one_line(r, "s3://runs/mixes/denied.json", "access denied")
+    finally:
+        srv.stop()
