@@ -2,7 +2,8 @@
 
 Imports go one way only,
 
-    top-level helpers (tokenmill/atomic.py, cliargs.py, errors.py, raysession.py, suffixarray.py)
+    top-level helpers (tokenmill/atomic.py, cliargs.py, errors.py, raysession.py, storage.py,
+                       objectcache.py, suffixarray.py, ...)
       < tokenizers < manifests < pipeline, ngram < train < cli.py
 
 A module imports its own package and the layers below it; ``pipeline`` and ``ngram`` never
