@@ -53,9 +53,10 @@ def wait_nodes(address: str, n: int, env: dict, timeout: float = 180) -> None:
 
 
 @contextmanager
-def head_node(env: dict[str, str], num_cpus: int = 2, dashboard: bool = False
-              ) -> Iterator[HeadNode]:
-    """A running one-node cluster on 127.0.0.1 (with the job API when ``dashboard``)."""
+def head_node(env: dict[str, str], num_cpus: int = 2, dashboard: bool = False,
+              cwd: Path | None = None) -> Iterator[HeadNode]:
+    """A running one-node cluster on 127.0.0.1 (with the job API when ``dashboard``),
+    its processes started in ``cwd`` (default: this process's working folder)."""
     port, dash_port = free_port(), free_port()
     # Ray's token authentication is for clusters reachable from other machines; this one
     # lives on this machine alone
@@ -76,15 +77,41 @@ def head_node(env: dict[str, str], num_cpus: int = 2, dashboard: bool = False
          "--node-ip-address", "127.0.0.1", "--num-cpus", str(num_cpus),
          "--disable-usage-stats", "--temp-dir", str(temp),
          "--include-dashboard", "true" if dashboard else "false", *ports],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=cwd)
     address = f"127.0.0.1:{port}"
     try:
         wait_nodes(address, 1, env)
         yield HeadNode(address, f"http://127.0.0.1:{dash_port}", temp, env)
     finally:
-        head.terminate()  # `ray start --block` stops its node's processes on SIGTERM
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, 9)
+        _stop(head)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def worker_node(address: str, env: dict[str, str], temp_dir: Path, cwd: Path,
+                num_cpus: int = 1, nodes: int = 2) -> Iterator[None]:
+    """One more node joined to the cluster at ``address`` (``ray start --address``), with
+    its own environment, ``--temp-dir`` and working folder; returns once the cluster has
+    ``nodes`` live nodes."""
+    node = subprocess.Popen(
+        [str(RAY_BIN), "start", "--address", address, "--block", "--node-ip-address",
+         "127.0.0.1", "--num-cpus", str(num_cpus), "--disable-usage-stats",
+         "--temp-dir", str(temp_dir), "--dashboard-agent-listen-port", str(free_port()),
+         "--dashboard-agent-grpc-port", str(free_port()),
+         "--metrics-export-port", str(free_port())],
+        env=dict(env, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+    try:
+        wait_nodes(address, nodes, env)
+        yield
+    finally:
+        _stop(node)
+
+
+def _stop(node: subprocess.Popen) -> None:
+    node.terminate()  # `ray start --block` stops its node's processes on SIGTERM
+    try:
+        node.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(node.pid, 9)

@@ -1,5 +1,6 @@
 """The eval-set index: every n-gram hash of a datamix's eval sets, built once, shared
-with the workers through the file system.
+with the workers through the file system (or, for an output in an object store, through
+the store: each node reads its own copy).
 
 Content-addressed: the folder ``<work>/decont/<key>`` where ``key`` is the sha256 of the
 index version, the n-gram rules (``n``, ``query_ngrams``, ``overlap_ngrams``) and, per
@@ -38,11 +39,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import xxhash
 
+from tokenmill import storage
 from tokenmill.atomic import atomic_open
 from tokenmill.pipeline.decont.text import example_ngrams
 from tokenmill.pipeline.read.remote_file import is_url, local_copy
 
 INDEX_VERSION = 2
+#: the files of an index folder (``examples.json`` written last)
+INDEX_FILES = ("hashes.npy", "owners.npy", "buckets.npy", "examples.json")
 
 
 @functools.lru_cache(maxsize=64)
@@ -218,20 +222,42 @@ def _build(decont: dict[str, Any], root: str | None, folder: Path,
         json.dump(names, f)
 
 
-def ensure_index(decont: dict[str, Any], root: str | None, work: str | os.PathLike) -> str:
-    """The folder of the index of ``decont`` under ``work``, built unless it exists (eval
-    files given by URL are copied into ``work/downloads``). Raises ``ValueError`` (one
-    line) for an eval set that cannot be read."""
-    downloads = Path(work) / "downloads"
-    folder = Path(work) / "decont" / index_key(decont, root, downloads)
+def ensure_index(decont: dict[str, Any], root: str | None,
+                 work: str | os.PathLike) -> str:
+    """The index of ``decont`` for the run whose ``work/`` folder is ``work``, built
+    unless it exists (eval files given by URL are copied into ``work/downloads``).
+
+    For a local ``work``: the index folder ``work/decont/<key>``. For a URL: the index
+    is built in this node's staging copy and committed to ``work/decont/<key>`` in the
+    store (:func:`tokenmill.storage.commit_files`), whose URL is returned: a worker on
+    any node reads its own copy of it (:func:`load_index`). Raises ``ValueError`` (one
+    line) for an eval set that cannot be read, ``StorageError`` for a store that cannot
+    be written."""
+    local = storage.local_dir(work)
+    downloads = local / "downloads"
+    key = index_key(decont, root, downloads)
+    folder = local / "decont" / key
+    url = storage.join(str(work), "decont", key) if storage.is_url(work) else None
+    if url is not None and storage.exists(f"{url}.done.json"):
+        return url
     if not (folder / "examples.json").is_file():
         _build(decont, root, folder, downloads)
-    return str(folder)
+    if url is None:
+        return str(folder)
+    storage.commit_files({n: folder / n for n in INDEX_FILES}, url)
+    return url
+
+
+def _local(folder: str | os.PathLike) -> Path:
+    """The local folder of an index: itself, or this node's copy of one in a store."""
+    return storage.folder_copy(str(folder)) if storage.is_url(folder) else Path(folder)
 
 
 def load_index(folder: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(hashes, owners, buckets)`` of an index, memory-mapped read-only."""
-    return tuple(np.load(Path(folder) / f"{name}.npy", mmap_mode="r")  # type: ignore
+    """``(hashes, owners, buckets)`` of an index (a local folder or the URL
+    :func:`ensure_index` gave), memory-mapped read-only."""
+    local = _local(folder)
+    return tuple(np.load(local / f"{name}.npy", mmap_mode="r")  # type: ignore
                  for name in ("hashes", "owners", "buckets"))
 
 
@@ -253,5 +279,6 @@ def contains(hashes: np.ndarray, buckets: np.ndarray, query: np.ndarray) -> np.n
 
 
 def load_examples(folder: str | os.PathLike) -> list[list[str]]:
-    """Per example number ``[eval set name, example id]``."""
-    return json.loads((Path(folder) / "examples.json").read_text())
+    """Per example number ``[eval set name, example id]`` (``folder`` as in
+    :func:`load_index`)."""
+    return json.loads((_local(folder) / "examples.json").read_text())

@@ -37,6 +37,7 @@ import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from tokenmill import storage
 from tokenmill.pipeline.stage import Document, DocumentStage
 
 TEXT_PREPS = ("dclm", "lower", "none")
@@ -132,7 +133,8 @@ class ClassifierFilter(DocumentStage):
         self.batch = batch
 
     def _scored(self, docs: list[Document]) -> list[float]:
-        model = load_model(self.model_path, self.digest)
+        # a model given by URL (an output in an object store): this node's copy of it
+        model = load_model(storage.node_file(self.model_path), self.digest)
         check_label(model, self.label, self.model_path)
         lines = [prepare_text(d.text, self.text_prep, self.max_chars) for d in docs]
         return label_scores(model, lines, self.label)

@@ -5,7 +5,8 @@ optionally of the query, and those that span query and label, see
 :mod:`tokenmill.pipeline.decont.text`).
 
 The eval-set index is built once per datamix on the driver (:func:`build_kwargs`, content
-addressed under ``<output>/work/decont``) and memory-mapped by each worker (a bucketed
+addressed under ``<output>/work/decont``; with the output in an object store, committed
+there and copied once per node) and memory-mapped by each worker (a bucketed
 sorted hash array: two memory reads an n-gram, whatever the eval sets' size).
 
 ``mode="remove"``: a matching document is quarantined with reason
@@ -58,7 +59,7 @@ def build_kwargs(cfg: DatamixConfig, source: SourceConfig) -> dict[str, Any] | N
     when the datamix has no ``decontamination``."""
     if cfg.decontamination is None:
         return None
-    work = storage.local_dir(storage.normalize(cfg.output_dir or ".")) / "work"
+    work = storage.join(storage.normalize(cfg.output_dir or "."), "work")
     index = ensure_index(cfg.decontamination.model_dump(), cfg.data_root, work)
     kwargs: dict[str, Any] = {"index": index, "n": cfg.decontamination.n}
     if cfg.decontamination.mode == "cut":

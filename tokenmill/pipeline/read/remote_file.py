@@ -1,7 +1,8 @@
 """A local copy of a file given by URL (a classifier model, say), through ``fsspec``.
 
-Any URL fsspec opens works (``http(s)://``, ``s3://``, ``gs://``, ``hf://`` with their
-packages and each system's standard credentials); the copy is made once per output folder,
+Any URL :mod:`tokenmill.storage` reads works (``s3://`` and ``gs://`` through pyarrow,
+``http(s)://``, ``hf://`` and others through ``fsspec``, with each system's standard
+credentials); the copy is made once per output folder,
 atomically, under ``work/downloads/`` and named by the URL's sha256, so a rerun reads no
 byte again and a broken download leaves nothing behind. What the file holds is then
 identified by its bytes (its sha256), never by its URL.
@@ -10,10 +11,9 @@ identified by its bytes (its sha256), never by its URL.
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
-from tokenmill.atomic import atomic_open
+from tokenmill import storage
 
 
 def is_url(path: str) -> bool:
@@ -34,17 +34,17 @@ def local_copy(url: str, folder: str | Path, what: str) -> str:
     """
     if not is_url(url):
         return url
-    import fsspec
-
     name = url.rstrip("/").rsplit("/", 1)[-1] or "file"
     dest = Path(folder) / hashlib.sha256(url.encode()).hexdigest()[:16] / name
     if dest.is_file():
         return str(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with fsspec.open(url, "rb") as src, atomic_open(dest) as out:
-            shutil.copyfileobj(src, out, 1 << 20)
+        storage.download(url, dest)
+    except storage.StorageError as e:  # already one line naming the URL
+        raise ValueError(f"{what} {e}") from None
     except Exception as e:  # noqa: BLE001 (any client's error becomes one line)
-        raise ValueError(f"{what} {url}: cannot be read ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        raise ValueError(f"{what} {storage.redact(url)}: cannot be read "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                         ) from None
     return str(dest)

@@ -141,8 +141,14 @@ def _url_filter(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
                                     "soft_banned_words")}
     archive = cfg.resolve(uf.archive) if uf.archive else None
     files = [*([archive] if archive else []), *(p for v in kw.values() for p in v)]
+    digest = cached_files_digest(files)
+    names = ("domains", "urls", "banned_words", "banned_subwords", "soft_banned_words")
+    shared = iter(_for_nodes(cfg, files, digest))
+    if archive:
+        archive = next(shared)
+    kw = {k: [next(shared) for _ in kw[k]] for k in names}
     return {**kw, "archive": archive, "categories": uf.categories,
-            "soft_word_threshold": uf.soft_word_threshold, "digest": cached_files_digest(files)}
+            "soft_word_threshold": uf.soft_word_threshold, "digest": digest}
 
 
 def _for_sources(key: str) -> Build:
@@ -160,15 +166,30 @@ def _local_work(cfg: DatamixConfig) -> Path:
     return storage.local_dir(storage.normalize(cfg.output_dir or ".")) / "work"
 
 
+def _for_nodes(cfg: DatamixConfig, paths: list[str], digest: str) -> list[str]:
+    """Local files of the driver that the workers read, as every node reaches them:
+    unchanged for a local output (its nodes share the driver's files); for an output in
+    an object store, committed once to ``OUT/work/inputs/<digest>/`` (``digest``: of
+    their bytes) and named by their URLs there, which each node copies for itself."""
+    out = storage.normalize(cfg.output_dir or ".")
+    if not storage.is_url(out) or not paths:
+        return paths
+    url = storage.join(out, "work", "inputs", digest[:32])
+    names = [f"{i}-{Path(p).name}" for i, p in enumerate(paths)]
+    storage.commit_files(dict(zip(names, paths, strict=True)), url)
+    return [storage.join(url, n) for n in names]
+
+
 def _classifier(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
     kw = _for_sources("classifier")(cfg, src)
     if kw is None:
         return None
     model = kw["model"]
-    kw["model"] = (local_copy(model, _local_work(cfg) / "downloads",
-                              "classifier model") if is_url(model) else cfg.resolve(model))
+    model = (local_copy(model, _local_work(cfg) / "downloads", "classifier model")
+             if is_url(model) else cfg.resolve(model))
     kw.pop("top_fraction", None)  # a global decision (classifier_top): here, scores only
-    return {**kw, "digest": cached_files_digest([kw["model"]])}
+    digest = cached_files_digest([model])
+    return {**kw, "model": _for_nodes(cfg, [model], digest)[0], "digest": digest}
 
 
 def _classifier_top(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
