@@ -221,3 +221,55 @@ def _check_both_nodes_read_their_own_copies(srv: S3Server, run: str, head: dict[
     index = json.loads(next(objects[k] for k in committed if k.startswith("work/decont/")))
     copy = _staged(head, "*/hashes.npy")[0]
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == index["files"]["hashes.npy"]
+
+
+_NODE_COPY = """
+import sys
+from pathlib import Path
+from tokenmill import storage
+from tokenmill.pipeline.decont.index import eval_file
+
+tmp = Path(sys.argv[1])
+(tmp / "a.txt").write_text("alpha")
+(tmp / "b.bin").write_bytes(bytes(range(256)))
+storage.commit_files({"a.txt": tmp / "a.txt", "b.bin": tmp / "b.bin"}, "s3://runs/f")
+print(open(storage.node_file("s3://runs/f/a.txt")).read())
+print(Path(storage.node_file("s3://runs/f/b.bin")).read_bytes() == bytes(range(256)))
+print(eval_file("evals/qa.jsonl", "s3://data", tmp / "downloads").read_text().strip())
+for url in ("s3://runs/g/a.txt", "s3://runs/h/a.txt"):
+    try:
+        storage.node_file(url)
+    except storage.StorageError as e:
+        print(e)
+"""
+
+
+def test_a_committed_folder_is_copied_once_per_node_and_checked(tmp_path):
+    """Files committed to a bucket by the driver are read by another machine (its own
+    staging folder) through their record; a folder without a record, or whose object
+    differs from its record's sha256, is one line naming its URL; an eval set path is
+    relative to a data root in a bucket."""
+    srv = S3Server().start()
+    try:
+        s3 = srv.client()
+        for bucket in ("data", "runs"):
+            s3.create_bucket(Bucket=bucket)
+        s3.put_object(Bucket="data", Key="evals/qa.jsonl", Body=b'{"answer": "x"}\n')
+        s3.put_object(Bucket="runs", Key="g/a.txt", Body=b"alpha")  # no record
+        s3.put_object(Bucket="runs", Key="h/a.txt", Body=b"other")
+        s3.put_object(Bucket="runs", Key="h.done.json",
+                      Body=json.dumps({"files": {"a.txt": hashlib.sha256(b"alpha")
+                                                 .hexdigest()}}).encode())
+        r = subprocess.run([sys.executable, "-c", _NODE_COPY, str(tmp_path)],
+                           env=dict(srv.env(), PYTHONPATH=str(REPO),
+                                    TOKENMILL_STAGING_DIR=str(tmp_path / "node")),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[:3] == ["alpha", "True", '{"answer": "x"}']
+        assert lines[3].startswith("s3://runs/g: not committed")
+        assert lines[4] == "s3://runs/h/a.txt: bytes differ from its record's sha256"
+        assert srv.objects("runs", "f")["a.txt"] == b"alpha"
+        assert (tmp_path / "node").is_dir()
+    finally:
+        srv.stop()

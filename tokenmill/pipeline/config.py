@@ -281,7 +281,8 @@ class ClassifierConfig(_Model):
 
     model: str = Field(description="fastText model file (.bin or .ftz), relative to the "
                        "datamix file, or its URL (http(s)://, s3://, gs://, hf://: read "
-                       "through fsspec once into OUT/work/downloads/)")
+                       "once into OUT/work/downloads/); with an output in an object store "
+                       "the driver commits it to OUT/work/inputs/ and each node copies it")
     label: str = Field(description="the label scored, with or without fastText's __label__ "
                        "prefix (DCLM's model: hq)")
     threshold: float | None = Field(default=None, ge=0.0, le=1.0, description="keep "
@@ -346,7 +347,7 @@ class EvalSetConfig(_Model):
                       "(letters, digits, '.', '_', '-')")
     path: str | None = Field(default=None, description="a .jsonl or .parquet file: local "
                              "(relative to data_root, or absolute) or a URL fsspec opens "
-                             "(http(s)://, s3://, hf://; read once into OUT/work/downloads "
+                             "(http(s)://, s3://, gs://, hf://; read once into OUT/work/downloads "
                              "and identified by its bytes' sha256)")
     hub: str | None = Field(default=None, description="a Hub dataset at a pinned commit, "
                             "owner/name@<40-hex commit> (its jsonl or parquet data files of "

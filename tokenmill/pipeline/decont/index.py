@@ -71,10 +71,12 @@ def _check_suffix(p: Path, what: str) -> Path:
 
 def eval_file(path: str, root: str | None, downloads: str | os.PathLike | None = None
               ) -> Path:
-    """The local file of eval set file ``path``: relative to ``root`` unless absolute, or
-    a URL fsspec opens, copied once into ``downloads`` (:func:`local_copy`). Raises
+    """The local file of eval set file ``path``: relative to ``root`` (a folder or a URL)
+    unless absolute, or a URL, copied once into ``downloads`` (:func:`local_copy`). Raises
     ``ValueError`` (one line naming the file or URL) when it is missing, unreadable or
     neither .jsonl nor .parquet."""
+    if not is_url(path) and root is not None and is_url(root) and not Path(path).is_absolute():
+        path = storage.join(root, path)  # relative to a data root in an object store
     if is_url(path):
         if Path(path.split("?")[0]).suffix not in _EVAL_SUFFIXES:
             raise ValueError(f"eval set file {path}: expected a .jsonl or .parquet file")
