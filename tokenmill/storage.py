@@ -364,6 +364,18 @@ def _record_url(url: str) -> str:
     return f"{url.rstrip('/')}.done.json"
 
 
+#: folders this process committed or found committed (a record is never taken back, and
+#: the driver asks once per unit of work: one request each would add up)
+_COMMITTED: set[str] = set()
+
+
+def is_committed(url: str) -> bool:
+    """Whether the folder ``url`` has the record of :func:`commit_files`."""
+    if url not in _COMMITTED and exists(_record_url(url)):
+        _COMMITTED.add(url)
+    return url in _COMMITTED
+
+
 def commit_files(files: dict[str, str | os.PathLike], url: str) -> None:
     """Upload each local file of ``files`` (``{relative posix path: local path}``) below
     the folder ``url``, then its record ``url + ".done.json"`` listing their sha256
@@ -373,13 +385,13 @@ def commit_files(files: dict[str, str | os.PathLike], url: str) -> None:
     Raises:
         StorageError: an object cannot be written (one line naming its URL).
     """
-    record = _record_url(url)
-    if exists(record):
+    if is_committed(url):
         return
     shas = {rel: sha256_file(p) for rel, p in sorted(files.items())}
     for rel, p in sorted(files.items()):
         upload(p, join(url, rel))
-    write_bytes(record, json.dumps({"files": shas}, sort_keys=True).encode())
+    write_bytes(_record_url(url), json.dumps({"files": shas}, sort_keys=True).encode())
+    _COMMITTED.add(url)
 
 
 def folder_copy(url: str) -> Path:

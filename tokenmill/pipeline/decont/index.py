@@ -240,7 +240,7 @@ def ensure_index(decont: dict[str, Any], root: str | None,
     key = index_key(decont, root, downloads)
     folder = local / "decont" / key
     url = storage.join(str(work), "decont", key) if storage.is_url(work) else None
-    if url is not None and storage.exists(f"{url}.done.json"):
+    if url is not None and storage.is_committed(url):
         return url
     if not (folder / "examples.json").is_file():
         _build(decont, root, folder, downloads)
