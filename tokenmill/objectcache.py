@@ -15,18 +15,24 @@ A training-mix manifest in a bucket names its shards relative to its own folder
 (:func:`relative`); a shard in another bucket, or in a bucket when the manifest is local, by
 its URL (:func:`locate` reads both).
 
+The same cache holds what a curation driver hands its workers through an output folder
+in a bucket (the decontamination index, a classifier model, block lists): committed once
+by a record listing their sha256 (:func:`commit_files`), copied once per node
+(:func:`folder_copy`).
+
 A top-level helper: it imports nothing from tokenmill's packages.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
 from pathlib import Path
 
 from tokenmill import storage
-from tokenmill.atomic import atomic_open, sha256_file
+from tokenmill.atomic import atomic_open, atomic_write_bytes, sha256_file
 
 _CHUNK = 1 << 20  # bytes per read while hashing a download
 
@@ -165,3 +171,72 @@ def verified_copy(url: str, sha256: str | None) -> Path:
                             f"from its manifest's ({sha256[:16]}…)")
     raise failure
 
+
+# ---------------------------------------------------------------------------------------
+# files the driver hands to every node: committed once in the store, copied per node
+# ---------------------------------------------------------------------------------------
+def _record_url(url: str) -> str:
+    return f"{url.rstrip('/')}.done.json"
+
+
+#: folders this process committed or found committed (a record is never taken back, and
+#: the driver asks once per unit of work: one request each would add up)
+_COMMITTED: set[str] = set()
+
+
+def is_committed(url: str) -> bool:
+    """Whether the folder ``url`` has the record of :func:`commit_files`."""
+    if url not in _COMMITTED and storage.exists(_record_url(url)):
+        _COMMITTED.add(url)
+    return url in _COMMITTED
+
+
+def commit_files(files: dict[str, str | os.PathLike], url: str) -> None:
+    """Upload each local file of ``files`` (``{name: local path}``, names without ``/``)
+    into the folder ``url``, then its record ``url + ".done.json"`` listing their sha256
+    (written last: the folder is finished when the record is there). Nothing is uploaded
+    when the record already exists (the folder's name says what it holds).
+
+    Raises:
+        StorageError: an object cannot be written (one line naming its URL).
+    """
+    if is_committed(url):
+        return
+    shas = {name: sha256_file(p) for name, p in sorted(files.items())}
+    for name, p in sorted(files.items()):
+        storage.upload(p, storage.join(url, name))
+    storage.write_bytes(_record_url(url), json.dumps({"files": shas}, sort_keys=True).encode())
+    _COMMITTED.add(url)
+
+
+def folder_copy(url: str) -> Path:
+    """This node's copy of the folder ``url`` committed by :func:`commit_files`: each file
+    its record lists downloaded into the cache (:func:`verified_copy`, checked against the
+    record's sha256), once per node (a ``.done.json`` written in the copy after them marks
+    it whole).
+
+    Raises:
+        StorageError: the folder has no record (it was never committed) or cannot be
+            read. ChecksumError: a file's bytes differ from its record's sha256.
+    """
+    local = cache_path(url)
+    done = local / ".done.json"
+    if done.is_file():
+        return local
+    try:
+        blob = storage.read_bytes(_record_url(url))
+    except storage.StorageError as e:
+        raise storage.StorageError(f"{storage.redact(url)}: not committed ({e})") from None
+    for name, sha in json.loads(blob)["files"].items():
+        verified_copy(storage.join(url, name), sha)
+    atomic_write_bytes(done, blob)
+    return local
+
+
+def node_file(where: str) -> str:
+    """The local path of file ``where``: itself for a local path; for a URL (a file of a
+    folder committed by :func:`commit_files`), this node's copy (:func:`folder_copy`)."""
+    if not storage.is_url(where):
+        return where
+    folder, _, name = where.rstrip("/").rpartition("/")
+    return str(folder_copy(folder) / name)

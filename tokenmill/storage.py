@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -34,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tokenmill.atomic import atomic_open, atomic_write_bytes, sha256_file
+from tokenmill.atomic import atomic_open, atomic_write_bytes
 
 _CHUNK = 1 << 20
 _USERINFO = re.compile(r"(\b[a-zA-Z][\w+.-]*://)[^/@\s]*@")
@@ -355,78 +354,3 @@ def output_folder(where: str | os.PathLike, commit: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="output-", dir=staging) as tmp:
         yield Path(tmp)
         publish_folder(tmp, url, commit)
-
-
-# ---------------------------------------------------------------------------------------
-# files the driver hands to every node: committed once in the store, copied per node
-# ---------------------------------------------------------------------------------------
-def _record_url(url: str) -> str:
-    return f"{url.rstrip('/')}.done.json"
-
-
-#: folders this process committed or found committed (a record is never taken back, and
-#: the driver asks once per unit of work: one request each would add up)
-_COMMITTED: set[str] = set()
-
-
-def is_committed(url: str) -> bool:
-    """Whether the folder ``url`` has the record of :func:`commit_files`."""
-    if url not in _COMMITTED and exists(_record_url(url)):
-        _COMMITTED.add(url)
-    return url in _COMMITTED
-
-
-def commit_files(files: dict[str, str | os.PathLike], url: str) -> None:
-    """Upload each local file of ``files`` (``{relative posix path: local path}``) below
-    the folder ``url``, then its record ``url + ".done.json"`` listing their sha256
-    (written last: the folder is finished when the record is there). Nothing is uploaded
-    when the record already exists (the folder's name says what it holds).
-
-    Raises:
-        StorageError: an object cannot be written (one line naming its URL).
-    """
-    if is_committed(url):
-        return
-    shas = {rel: sha256_file(p) for rel, p in sorted(files.items())}
-    for rel, p in sorted(files.items()):
-        upload(p, join(url, rel))
-    write_bytes(_record_url(url), json.dumps({"files": shas}, sort_keys=True).encode())
-    _COMMITTED.add(url)
-
-
-def folder_copy(url: str) -> Path:
-    """This node's copy of the folder ``url`` committed by :func:`commit_files`: its
-    files downloaded into :func:`local_dir` (``url``) and checked against the record's
-    sha256, once per node (a local ``.done.json`` written after them marks a whole copy).
-
-    Raises:
-        StorageError: the folder has no record (it was never committed), a file cannot
-            be read, or a file's bytes differ from its record (one line naming the URL).
-    """
-    local = local_dir(url)
-    done = local / ".done.json"
-    if done.is_file():
-        return local
-    try:
-        blob = read_bytes(_record_url(url))
-    except StorageError as e:
-        raise StorageError(f"{redact(url)}: not committed ({e})") from None
-    for rel, sha in json.loads(blob)["files"].items():
-        p = local / rel
-        if not p.is_file() or sha256_file(p) != sha:
-            download(join(url, rel), p)
-            if sha256_file(p) != sha:
-                p.unlink(missing_ok=True)
-                raise StorageError(f"{redact(join(url, rel))}: bytes differ from its "
-                                   f"record's sha256")
-    atomic_write_bytes(done, blob)
-    return local
-
-
-def node_file(where: str) -> str:
-    """The local path of file ``where``: itself for a local path; for a URL (a file of a
-    folder committed by :func:`commit_files`), this node's copy (:func:`folder_copy`)."""
-    if not is_url(where):
-        return where
-    folder, _, name = where.rstrip("/").rpartition("/")
-    return str(folder_copy(folder) / name)

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import xxhash
 
-from tokenmill import storage
+from tokenmill import objectcache, storage
 from tokenmill.atomic import atomic_open
 from tokenmill.pipeline.decont.text import example_ngrams
 from tokenmill.pipeline.read.remote_file import is_url, local_copy
@@ -231,7 +231,7 @@ def ensure_index(decont: dict[str, Any], root: str | None,
 
     For a local ``work``: the index folder ``work/decont/<key>``. For a URL: the index
     is built in this node's staging copy and committed to ``work/decont/<key>`` in the
-    store (:func:`tokenmill.storage.commit_files`), whose URL is returned: a worker on
+    store (:func:`tokenmill.objectcache.commit_files`), whose URL is returned: a worker on
     any node reads its own copy of it (:func:`load_index`). Raises ``ValueError`` (one
     line) for an eval set that cannot be read, ``StorageError`` for a store that cannot
     be written."""
@@ -240,19 +240,19 @@ def ensure_index(decont: dict[str, Any], root: str | None,
     key = index_key(decont, root, downloads)
     folder = local / "decont" / key
     url = storage.join(str(work), "decont", key) if storage.is_url(work) else None
-    if url is not None and storage.is_committed(url):
+    if url is not None and objectcache.is_committed(url):
         return url
     if not (folder / "examples.json").is_file():
         _build(decont, root, folder, downloads)
     if url is None:
         return str(folder)
-    storage.commit_files({n: folder / n for n in INDEX_FILES}, url)
+    objectcache.commit_files({n: folder / n for n in INDEX_FILES}, url)
     return url
 
 
 def _local(folder: str | os.PathLike) -> Path:
     """The local folder of an index: itself, or this node's copy of one in a store."""
-    return storage.folder_copy(str(folder)) if storage.is_url(folder) else Path(folder)
+    return objectcache.folder_copy(str(folder)) if storage.is_url(folder) else Path(folder)
 
 
 def load_index(folder: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -37,7 +37,7 @@ import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tokenmill import storage
+from tokenmill import objectcache
 from tokenmill.pipeline.stage import Document, DocumentStage
 
 TEXT_PREPS = ("dclm", "lower", "none")
@@ -134,7 +134,7 @@ class ClassifierFilter(DocumentStage):
 
     def _scored(self, docs: list[Document]) -> list[float]:
         # a model given by URL (an output in an object store): this node's copy of it
-        model = load_model(storage.node_file(self.model_path), self.digest)
+        model = load_model(objectcache.node_file(self.model_path), self.digest)
         check_label(model, self.label, self.model_path)
         lines = [prepare_text(d.text, self.text_prep, self.max_chars) for d in docs]
         return label_scores(model, lines, self.label)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tokenmill import storage
+from tokenmill import objectcache
 from tokenmill.pipeline.stage import Document, DocumentStage
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
@@ -212,8 +212,8 @@ class URLFilter(DocumentStage):
     def lists(self) -> BlockLists:
         archive, categories, *groups, digest = self._args
         # a list given by URL (an output in an object store): this node's copy of it
-        local = [tuple(storage.node_file(p) for p in g) for g in groups]
-        return load_block_lists(archive and storage.node_file(archive), categories, *local,
+        local = [tuple(objectcache.node_file(p) for p in g) for g in groups]
+        return load_block_lists(archive and objectcache.node_file(archive), categories, *local,
                                 digest)
 
     def run(self, docs: Iterable[Document]) -> Iterator[Document]:

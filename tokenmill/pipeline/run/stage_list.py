@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from tokenmill import storage
+from tokenmill import objectcache, storage
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
@@ -176,7 +176,7 @@ def _for_nodes(cfg: DatamixConfig, paths: list[str], digest: str) -> list[str]:
         return paths
     url = storage.join(out, "work", "inputs", digest[:32])
     names = [f"{i}-{Path(p).name}" for i, p in enumerate(paths)]
-    storage.commit_files(dict(zip(names, paths, strict=True)), url)
+    objectcache.commit_files(dict(zip(names, paths, strict=True)), url)
     return [storage.join(url, n) for n in names]
 
 
