@@ -1,4 +1,4 @@
-"""``tokenmill ngram build/count/longest/prob`` end to end on the quickstart shards."""
+"""``tokenmill ngram build/count/longest/prob`` end to end on a small datamix."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from tokenmill.ngram.index import SuffixArrayIndex
 from tokenmill.tokenizers import get_encoding
 
 
-def test_cli_build_count_longest_prob(quickstart, tmp_path, capsys):
+def test_cli_build_count_longest_prob(small_datamix, tmp_path, capsys):
     out = tmp_path / "idx"
-    assert main(["ngram", "build", str(quickstart), "-o", str(out), "-q", "--counts"]) == 0
+    assert main(["ngram", "build", str(small_datamix), "-o", str(out), "-q", "--counts"]) == 0
     text = capsys.readouterr().out
     assert re.search(r"build time\s+[\d.]+ s", text)
     index_mib = float(re.search(r"index size\s+([\d.]+) MiB \([\d.]+ bytes/token\)", text)[1])
@@ -69,9 +69,9 @@ def test_cli_bad_options_fail_before_any_work(quickstart, tmp_path, capsys, orde
     assert not out.exists()  # refused before the index was built
 
 
-def test_cli_prob_without_counts_says_how_to_build(quickstart, tmp_path, capsys):
+def test_cli_prob_without_counts_says_how_to_build(small_datamix, tmp_path, capsys):
     out = tmp_path / "idx"
-    assert main(["ngram", "build", str(quickstart), "-o", str(out), "-q", "--no-verify"]) == 0
+    assert main(["ngram", "build", str(small_datamix), "-o", str(out), "-q", "--no-verify"]) == 0
     assert "shard verification is off (--no-verify)" in capsys.readouterr().err
     assert main(["ngram", "prob", str(out), "the"]) == 2
     assert "--counts" in capsys.readouterr().err

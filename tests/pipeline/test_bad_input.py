@@ -18,6 +18,10 @@ GOOD = ["A perfectly ordinary document.", "Ünïcödé text with é and 中文 a
 LITERAL = "before <|endoftext|> after, a literal special token inside a document"
 
 
+#: the datamix's row limit here (the default is 10 MB: a row over it costs seconds)
+MAX_DOCUMENT_BYTES = 100_000
+
+
 def _write_bad_source(root: Path) -> dict[int, str]:
     """A jsonl file mixing good rows and every kind of bad row. Returns row -> reason."""
     src = root / "badrows"
@@ -38,7 +42,7 @@ def _write_bad_source(root: Path) -> dict[int, str]:
     add(raw=b'{"text": "invalid \xff\xfe utf-8 bytes"}', reason="undecodable_bytes")
     add({"text": GOOD[1]})
     add({"text": ""}, reason="empty")
-    add({"text": "w " * 10_000_000}, reason="too_large")  # 20 MB
+    add({"text": "w " * 100_000}, reason="too_large")  # 200 kB, over MAX_DOCUMENT_BYTES
     add({"text": LITERAL})
     add(raw=b'{"text": "\\ud800 lone surrogate"}', reason="invalid_unicode")
     add(raw=b'{"text": "truncated', reason="invalid_json")
@@ -54,7 +58,7 @@ def test_bad_rows_are_quarantined_and_good_rows_kept(tmp_path):
         name="bad", tokenizer="gpt2", data_root=str(tmp_path), output_dir=str(tmp_path / "out"),
         sources=[{"name": "badrows", "path": "badrows"},
                  {"name": "naughty", "path": str(corpora("naughty-strings"))}],
-        shards={"val_fraction": 0.0},
+        shards={"val_fraction": 0.0}, max_document_bytes=MAX_DOCUMENT_BYTES,
     )
     res = run_datamix(cfg, num_cpus=1, progress=False)
     out = res.manifest_path.parent

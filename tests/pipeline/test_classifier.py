@@ -8,6 +8,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -186,13 +188,69 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
     assert len(removed) == 150 and len(kept) == 50 and min(kept) >= max(removed)
 
 
-def test_a_model_given_by_url_is_read_once_through_run(tmp_path):
-    """`model: http://...` is downloaded once into OUT/work/downloads (a loopback server
-    stands in for the model's host); a URL that cannot be read is one line naming it."""
+@contextmanager
+def _served(folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server of ``folder`` standing in for a model's host: (base URL, the
+    paths requested so far)."""
     import functools
     import http.server
     import threading
 
+    requests: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, fmt, *args):  # noqa: ANN001 (the request log the test reads)
+            requests.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()
+
+
+def test_the_classifier_stage_copies_a_model_url_once_into_the_work_folder(tmp_path):
+    """The classifier stage of a datamix whose ``model`` is a URL reads the file once into
+    OUT/work/downloads (a rerun's stage list reads nothing again); a URL that cannot be read
+    is one line naming it. (``tokenmill run`` end to end: the slow test below.)"""
+    from tokenmill.pipeline.config import load_datamix
+    from tokenmill.pipeline.run import stage_list
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "m.bin").write_bytes(b"model bytes")
+    with _served(served) as (base, requests):
+        for name in ("m.bin", "gone.bin"):
+            mix = tmp_path / f"{name}.yaml"
+            mix.write_text(f"""
+name: url
+data_root: {corpora()}
+sources: [{{name: c4, path: c4-en-sample}}]
+classifier: {{model: "{base}/{name}", label: hq}}
+""")
+            cfg = load_datamix(mix, output_dir=str(tmp_path / "out"))
+            if name == "gone.bin":
+                with pytest.raises(ValueError, match="gone.bin") as e:
+                    stage_list.calls(cfg, cfg.sources[0], "document")
+                assert "\n" not in str(e.value)
+                continue
+            fetched = []
+            for _ in range(2):
+                [call] = [c for c in stage_list.calls(cfg, cfg.sources[0], "document")
+                          if c.name == "classifier"]
+                local = Path(call.kwargs["model"])
+                assert local.read_bytes() == b"model bytes"
+                assert (tmp_path / "out" / "work" / "downloads") in local.parents
+                fetched.append(len(requests))
+            assert fetched[0] > 0 and fetched[1] == fetched[0]  # nothing read again
+
+
+@pytest.mark.slow
+def test_a_model_given_by_url_is_read_once_through_run(tmp_path):
+    """`model: http://...` is downloaded once into OUT/work/downloads (a loopback server
+    stands in for the model's host); a URL that cannot be read is one line naming it."""
     train = tmp_path / "train.txt"
     train.write_text("".join(f"__label__hq {w} the history of science\n__label__cc {w} buy "
                              "cheap click now\n" for w in ("a", "b", "c", "d") * 20))
@@ -202,17 +260,7 @@ def test_a_model_given_by_url_is_read_once_through_run(tmp_path):
         "import sys, fasttext; fasttext.train_supervised(sys.argv[1], dim=8, bucket=1000, "
         "wordNgrams=2, thread=1, seed=1, verbose=0, lr=0.05, epoch=5).save_model(sys.argv[2])"),
         str(train), str(served / "m.bin")], check=True, timeout=120)
-    requests: list[str] = []
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, fmt, *args):  # noqa: ANN001 (the request log the test reads)
-            requests.append(self.path)
-
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with _served(served) as (base, requests):
         for name, url in (("ok", f"{base}/m.bin"), ("missing", f"{base}/gone.bin")):
             mix = tmp_path / f"{name}.yaml"
             mix.write_text(f"""
@@ -237,5 +285,3 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
             fetched = len(requests)
             again = _cli("run", str(mix), "-q", "--no-report", "-o", str(tmp_path / name))
             assert again.returncode == 0 and len(requests) == fetched  # nothing read again
-    finally:
-        server.shutdown()

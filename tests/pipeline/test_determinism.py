@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import final_files, run_quickstart_like
 
 
+@pytest.mark.slow  # a second quickstart run; partition counts: test_dedup_partitioned
 def test_one_and_two_cpus_give_identical_bytes(quickstart, tmp_path):
     one = run_quickstart_like(tmp_path / "one", num_cpus=1)
     a = final_files(quickstart.manifest_path.parent)

@@ -11,8 +11,9 @@ from tokenmill.pipeline.run.executor import run_datamix
 
 def _cfg(tmp_path):
     return DatamixConfig(name="t", data_root=str(corpora()), output_dir=str(tmp_path / "out"),
-                         sources=[{"name": "c4", "path": "c4-en-sample"},
-                                  {"name": "books", "path": "books-public-domain"}])
+                         sources=[{"name": "c4", "path": "c4-en-sample", "max_documents": 300},
+                                  {"name": "books", "path": "books-public-domain",
+                                   "max_documents": 1}])
 
 
 def test_flipped_byte_in_intermediate_is_recomputed(tmp_path, caplog):

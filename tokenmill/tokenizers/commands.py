@@ -18,7 +18,7 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from tokenmill.tokenizers import identity
-    from tokenmill.tokenizers.sources import tokenizer_arg
+    from tokenmill.tokenizers.arguments import tokenizer_arg
 
     ident = identity(tokenizer_arg(args.name))
     for k, v in ident.model_dump().items():

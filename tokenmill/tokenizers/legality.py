@@ -49,15 +49,11 @@ import numpy as np
 import tiktoken
 
 from tokenmill.atomic import atomic_open
-from tokenmill.tokenizers import (
-    TokenizerIdentity,
-    check_same,
-    get_encoding,
-    identity,
-)
 from tokenmill.tokenizers import legality_bpe as kb
+from tokenmill.tokenizers.identities import TokenizerIdentity
 from tokenmill.tokenizers.legality_regex import model_for_pattern, pair_rule, signature_tables
 from tokenmill.tokenizers.prefix import token_bytes_table
+from tokenmill.tokenizers.registry import check_same, get_encoding, identity
 from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks, special_tokens, split_pattern
 
 MAGIC = b"TMLEGAL1"

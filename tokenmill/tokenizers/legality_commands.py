@@ -153,9 +153,9 @@ def _export(args: argparse.Namespace) -> int:
 
 def _resolving(func):
     """``func`` after loading the tokenizer ``--encoding`` / ENCODING names
-    (:func:`~tokenmill.tokenizers.sources.tokenizer_arg`), replaced by its name."""
+    (:func:`~tokenmill.tokenizers.arguments.tokenizer_arg`), replaced by its name."""
     def run(args: argparse.Namespace) -> int:
-        from tokenmill.tokenizers.sources import tokenizer_arg
+        from tokenmill.tokenizers.arguments import tokenizer_arg
 
         if args.encoding is not None:
             args.encoding = tokenizer_arg(args.encoding)

@@ -21,7 +21,8 @@ import numpy as np
 import tiktoken
 
 from tokenmill.atomic import atomic_open
-from tokenmill.tokenizers import TokenizerIdentity, check_same, get_encoding, identity
+from tokenmill.tokenizers.identities import TokenizerIdentity
+from tokenmill.tokenizers.registry import check_same, get_encoding, identity
 from tokenmill.tokenizers.tiktoken_parts import mergeable_ranks
 
 #: File name suffix of a saved map: ``<encoding>.prefix.npz``.

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import os
 
-from tokenmill.tokenizers import IDENTITY_VERSION, TokenizerIdentity, TokenizerSource
-from tokenmill.tokenizers.bpe_file import (
-    BpeFileSpec,
+from tokenmill.tokenizers.bpe_file import BpeFileSpec, load_bpe_file
+from tokenmill.tokenizers.hf_json import TokenizerJsonSpec, load_tokenizer_json
+from tokenmill.tokenizers.identities import IDENTITY_VERSION, TokenizerIdentity, TokenizerSource
+from tokenmill.tokenizers.tiktoken_parts import (
+    EncodingParts,
     bpe_identity_sha256,
-    load_bpe_file,
     ranks_text_sha256,
 )
-from tokenmill.tokenizers.hf_json import TokenizerJsonSpec, load_tokenizer_json
-from tokenmill.tokenizers.tiktoken_parts import EncodingParts
 
 MOVED_FILES_ENV = "TOKENMILL_TOKENIZER_DIR"
 
@@ -120,48 +119,3 @@ def load_source(recorded: TokenizerIdentity, where: str
                            pattern=src.pattern, special_tokens=src.special_tokens, eot=src.eot)
     ident, parts = load_spec(spec, None)
     return ident.model_copy(update={"source": src}), parts
-
-
-def tokenizer_arg(text: str) -> str:
-    """Load the tokenizer a command-line argument names and return its name: a built-in
-    encoding name; or a file: a tokenizer.json, a tokenizer table (YAML or JSON), or a
-    datamix / manifest (YAML or JSON) whose ``tokenizer`` is used (a manifest's recorded
-    identity is loaded from its source and checked).
-
-    Raises:
-        ValueError: one line naming ``text``: neither a known name nor a readable file.
-    """
-    from tokenmill.tokenizers import (
-        SUPPORTED_ENCODINGS,
-        identity,
-        load_checked,
-        load_tokenizer,
-    )
-
-    if text in SUPPORTED_ENCODINGS or not os.path.isfile(text):
-        return identity(text).name  # an unknown name raises, naming the known ones
-    import json
-
-    import yaml
-
-    from tokenmill import boundedyaml
-
-    try:
-        with open(text, encoding="utf-8") as f:
-            raw = f.read()
-        try:
-            doc = json.loads(raw)  # a tokenizer.json or a manifest: JSON, parsed fast
-        except ValueError:
-            doc = boundedyaml.load(raw, text)  # bounded alias expansion and depth
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"tokenizer file {text}: cannot be read ({type(e).__name__})"
-                         ) from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"tokenizer file {text}: not a table")
-    base = os.path.dirname(os.path.abspath(text))
-    if "model" in doc and "pre_tokenizer" in doc:  # a Hugging Face tokenizer.json
-        return load_tokenizer({"tokenizer_json": os.path.basename(text)}, base).name
-    value = doc.get("tokenizer", doc)
-    if isinstance(value, dict) and "ranks_sha256" in value:  # an identity a manifest records
-        return load_checked(value, text).name
-    return load_tokenizer(value, base).name

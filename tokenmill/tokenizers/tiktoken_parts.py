@@ -13,11 +13,17 @@ prefix map), so it keeps them itself, through tiktoken's public API only:
 
 :meth:`EncodingParts.encoding` builds ``tiktoken.Encoding(**parts)``; a test checks that it
 encodes real corpora exactly as ``tiktoken.get_encoding`` does, so the two cannot drift.
+
+The parts' identity (:func:`bpe_identity_sha256`, version :data:`BPE_IDENTITY_VERSION`) is
+the sha256 of the three parts together: the ranks in ``.tiktoken`` text form sorted by rank
+(:func:`ranks_text_sha256`), then the pattern, then the special tokens sorted by id.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 from dataclasses import dataclass
 
 import tiktoken
@@ -26,6 +32,7 @@ import tiktoken.load
 from tokenmill.tokenizers.fetch import FILES
 from tokenmill.tokenizers.legality_regex import CL100K_PAT, O200K_PAT, R50K_PAT
 
+BPE_IDENTITY_VERSION = 2  # version 1: a built-in encoding's name and ranks sha256
 _ENDOFTEXT = "<|endoftext|>"
 _PATTERNS = {"gpt2": R50K_PAT, "r50k_base": R50K_PAT, "cl100k_base": CL100K_PAT,
              "o200k_base": O200K_PAT}
@@ -56,6 +63,29 @@ class EncodingParts:
                                  mergeable_ranks=self.mergeable_ranks,
                                  special_tokens=self.special_tokens,
                                  explicit_n_vocab=self.explicit_n_vocab)
+
+
+def _ranks_lines(ranks: dict[bytes, int]):
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        yield base64.b64encode(token) + b" " + str(rank).encode() + b"\n"
+
+
+def ranks_text_sha256(ranks: dict[bytes, int]) -> str:
+    """sha256 (hex) of ranks in ``.tiktoken`` text form sorted by rank (the identity's
+    ``ranks_sha256``)."""
+    return hashlib.sha256(b"".join(_ranks_lines(ranks))).hexdigest()
+
+
+def bpe_identity_sha256(parts: EncodingParts) -> str:
+    """sha256 (hex) of ranks, pattern and special tokens together (module docstring)."""
+    h = hashlib.sha256(f"tokenmill-bpe-identity {BPE_IDENTITY_VERSION}\n".encode())
+    for line in _ranks_lines(parts.mergeable_ranks):
+        h.update(line)
+    h.update(b"pattern " + base64.b64encode(parts.pat_str.encode("utf-8")) + b"\n")
+    for text, i in sorted(parts.special_tokens.items(), key=lambda kv: kv[1]):
+        h.update(b"special " + base64.b64encode(text.encode("utf-8")) + b" "
+                 + str(i).encode() + b"\n")
+    return h.hexdigest()
 
 
 def _load_ranks(name: str) -> dict[bytes, int]:

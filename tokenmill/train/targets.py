@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tokenmill.tokenizers import TokenizerIdentity, check_same, load_checked
+from tokenmill.tokenizers.identities import TokenizerIdentity
 from tokenmill.tokenizers.legality import LegalityTable
 from tokenmill.tokenizers.prefix import PrefixMap
+from tokenmill.tokenizers.registry import check_same, load_checked
 from tokenmill.train.config import TrainConfig
 
 
