@@ -24,6 +24,7 @@ Messages name the objects by their URL.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -102,9 +103,9 @@ def manifest_file(path: str | os.PathLike) -> Path:
     return objectcache.fresh_copy(url) or objectcache.cache_path(url)
 
 
-def read_manifest(path: str | os.PathLike, kind: Kind = "curation"
+def read_manifest(path: str | os.PathLike, kind: Kind | None = "curation"
                   ) -> tuple[Path, DatamixManifest | TrainingMixManifest]:
-    """Read a manifest of the expected ``kind``.
+    """Read a manifest of the expected ``kind`` (``None``: whichever kind the file is).
 
     Returns:
         (the manifest file's path, the validated model).
@@ -119,8 +120,9 @@ def read_manifest(path: str | os.PathLike, kind: Kind = "curation"
         folder = p.parent if p.name != Path(str(path)).name else None
         where = (f"{objectcache.shown(folder)} has no {p.name}" if folder is not None
                  else f"{objectcache.shown(p)}: not found")
-        raise ShardVerifyError(f"{where}: no {kind} manifest (an unfinished or "
-                               "half-written output folder?)")
+        raise ShardVerifyError(f"{where}: no {kind or 'mix or curation'} manifest (an "
+                               "unfinished or half-written output folder?)")
+    kind = kind or _file_kind(p)
     model = DatamixManifest if kind == "curation" else TrainingMixManifest
     try:
         return p, load_manifest_as(p, model)
@@ -234,6 +236,17 @@ def shard_problems(shards: list[VerifiedShard], *, verify: bool = True,
     return problems
 
 
+def _file_kind(p: Path) -> Kind:
+    """The kind a manifest file says it is (a file without ``kind`` is a curation one;
+    what is not JSON is left to the reader's own one-line error)."""
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "curation"
+    training = isinstance(data, dict) and data.get("kind") == "training-mix"
+    return "training-mix" if training else "curation"
+
+
 def check_shards(shards: list[VerifiedShard], *, verify: bool = True,
                  what: str = "the manifest") -> None:
     """Check shards already listed (presence, header, and with ``verify`` sha256).
@@ -261,13 +274,13 @@ def check_shards(shards: list[VerifiedShard], *, verify: bool = True,
 
 
 def open_shards(path: str | os.PathLike, split: Literal["train", "val"] | None = "train", *,
-                kind: Kind = "curation", verify: bool = True,
+                kind: Kind | None = "curation", verify: bool = True,
                 log: Callable[[str], None] | None = None) -> OpenedShards:
     """Open a manifest's shards of ``split`` (``None``: both) after checking them.
 
     Args:
         path: a curation ``manifest.json`` or its folder, or a training-mix ``mix.json``.
-        kind: the kind of manifest the caller expects.
+        kind: the kind of manifest the caller expects (``None``: either, as the file says).
         verify: compare every shard's and sidecar's sha256 with the manifest (reads every
             byte); ``False`` skips only that (presence and headers are always checked).
         log: called with one line per check phase.

@@ -20,7 +20,6 @@ lem`` and ``ngram features`` are aligned with).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,30 +32,12 @@ import torch
 from tokenmill.manifests.mix import plan_curation
 from tokenmill.manifests.mixschema import TrainingMixManifest, mix_identity_sha256
 from tokenmill.manifests.schedule import MixDocuments, documents_of
-from tokenmill.manifests.verify import manifest_file, open_shards
+from tokenmill.manifests.verify import open_shards
 from tokenmill.tokenizers import TokenizerIdentity
 from tokenmill.train.config import TrainConfig
 from tokenmill.train.data import MixLoader
 
 Kind = Literal["curation", "training-mix"]
-
-
-def data_kind(path: str) -> Kind:
-    """Which kind of manifest ``path`` (a file, or a folder holding ``manifest.json``) is.
-
-    Raises:
-        FileNotFoundError: no manifest there.
-        ValueError: not a JSON manifest.
-    """
-    p = manifest_file(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no manifest (data: must name a mix manifest or a "
-                                "curation manifest or its folder)")
-    try:
-        kind = json.loads(p.read_text(encoding="utf-8")).get("kind", "curation")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        raise ValueError(f"{p}: not a JSON manifest") from None
-    return "training-mix" if kind == "training-mix" else "curation"
 
 
 @dataclass(frozen=True)
@@ -197,18 +178,18 @@ def open_data(cfg: TrainConfig, rank: int = 0, world: int = 1,
     for every loader of the run.
 
     Raises:
-        FileNotFoundError: no manifest there.
-        ShardVerifyError: the manifest is invalid, or a shard or sidecar is missing,
-            truncated or (``verify``) differs (one line naming the file).
-        ValueError: not a JSON manifest; curation data without a source to read; a
+        ShardVerifyError: no manifest there, not a JSON manifest, an invalid one, or a
+            shard or sidecar missing, truncated or (``verify``) different (one line naming
+            the file).
+        ValueError: curation data without a source to read; a
             sidecar or range that disagrees with the manifest, a split without documents
             (see :func:`~tokenmill.manifests.schedule.load_documents`).
     """
-    kind = data_kind(cfg.data)
-    opened = open_shards(cfg.data, None, kind=kind,
+    opened = open_shards(cfg.data, None, kind=None,
                          verify=cfg.verify if verify is None else verify)
-    if kind == "training-mix":
-        mix, root = opened.manifest, opened.root
+    kind: Kind = "curation"
+    if isinstance(opened.manifest, TrainingMixManifest):
+        kind, mix, root = "training-mix", opened.manifest, opened.root
     else:
         mix, root = plan_curation(opened, seed=cfg.seed, epochs=1.0)
     documents = {split: documents_of(mix, root, split) for split in ("train", "val")}
