@@ -31,8 +31,10 @@ def _show(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from tokenmill.manifests.validate import inspect_shard
+    from tokenmill.tokenizers.arguments import tokenizer_arg
 
-    print(inspect_shard(args.shard, tokenizer=args.tokenizer, docs=args.docs))
+    tokenizer = tokenizer_arg(args.tokenizer) if args.tokenizer else None
+    print(inspect_shard(args.shard, tokenizer=tokenizer, docs=args.docs))
     return 0
 
 
@@ -55,8 +57,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     i.add_argument("shard", help="a token shard (.bin) written by tokenmill run or "
                    "shards export")
     i.add_argument("--tokenizer", default=None,
-                   help="encoding to decode with (default: the one the curation manifest or "
-                        "export.json beside the shard records, else the one the header's "
+                   help="tokenizer to decode with: a built-in name, a tokenizer.json, a "
+                        "tokenizer table or a datamix/manifest naming one (default: the one "
+                        "the curation manifest or export.json beside the shard records, else "
+                        "the one the header's "
                         "version implies: 1 = gpt2, 2 = cl100k_base or o200k_base); a warning "
                         "says when it cannot match the shard")
     i.add_argument("--docs", type=int, default=3, help="documents to decode (0: none)")
