@@ -222,5 +222,7 @@ def test_a_recorded_ranks_file_is_found_from_where_it_is_read(tmp_path, monkeypa
     ranks = sorted(encoding_parts("gpt2").mergeable_ranks.items(), key=lambda kv: kv[1])
     (moved / "renumbered.tiktoken").write_bytes(  # GPT-2's own ids under the same name
         b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in ranks))
-    with pytest.raises(TokenizerMismatchError, match=str(record)):
+    with pytest.raises(TokenizerMismatchError, match=str(record)) as e:
         check_identity(ident, load_source(ident, str(record))[0], str(record))
+    assert f"TOKENMILL_TOKENIZER_DIR={moved}" in str(e.value)
+    assert "TIKTOKEN_CACHE_DIR" not in str(e.value)

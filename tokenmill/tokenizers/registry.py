@@ -21,7 +21,7 @@ from tokenmill.tokenizers.identities import (
     TokenizerIdentity,
     TokenizerMismatchError,
 )
-from tokenmill.tokenizers.sources import load_source, load_spec
+from tokenmill.tokenizers.sources import MOVED_FILES_ENV, load_source, load_spec
 from tokenmill.tokenizers.tiktoken_parts import (
     EncodingParts,
     bpe_identity_sha256,
@@ -141,9 +141,15 @@ def _register(ident: TokenizerIdentity, parts) -> TokenizerIdentity:
     return ident
 
 
-def _cache_note() -> str:
-    folder = os.environ.get("TIKTOKEN_CACHE_DIR")
-    return f" (files from TIKTOKEN_CACHE_DIR={folder})" if folder else ""
+def _files_note(loaded: TokenizerIdentity) -> str:
+    """Where the loaded tokenizer's files came from: tiktoken's cache for a built-in one,
+    else the file its source names (a moved one is looked up in TOKENMILL_TOKENIZER_DIR)."""
+    if loaded.source is None:
+        folder = os.environ.get("TIKTOKEN_CACHE_DIR")
+        return f" (files from TIKTOKEN_CACHE_DIR={folder})" if folder else ""
+    named = loaded.source.tokenizer_json or loaded.source.ranks
+    moved = os.environ.get(MOVED_FILES_ENV)
+    return f" (read from {named}" + (f"; {MOVED_FILES_ENV}={moved}" if moved else "") + ")"
 
 
 def check_identity(recorded: TokenizerIdentity | dict, loaded: TokenizerIdentity,
@@ -173,7 +179,7 @@ def check_identity(recorded: TokenizerIdentity | dict, loaded: TokenizerIdentity
             f"{where} records tokenizer {recorded.short()}, but {loaded.short()} was loaded")
     raise TokenizerMismatchError(
         f"{where} records tokenizer {recorded.short()}, but the {loaded.name} loaded here "
-        f"is {loaded.short()}{_cache_note()}: its ids would decode to other text; use the "
+        f"is {loaded.short()}{_files_note(loaded)}: its ids would decode to other text; use the "
         "tokenizer files the data was made with")
 
 
