@@ -18,6 +18,7 @@ from tokenmill.pipeline.document.words import (
     SENTENCE_TERMINALS,
     count_sentences,
     is_punct_word,
+    split_chunk,
     split_words,
     word_counts,
 )
@@ -94,3 +95,24 @@ def test_word_analysis_and_c4_lines_match_on_every_document():
     texts = _every_document()
     _check_words(texts)
     _check_c4_lines(texts)
+
+
+def _check_chunks(chunks: list[str]) -> None:
+    tw = analysis.split_text(" ".join(chunks))
+    want = [len(w) for c in chunks for w in split_chunk(c)]
+    assert tw.word_len.tolist() == want
+
+
+def test_numba_chunk_shapes_split_as_the_python_splitter():
+    """Every character of the Basic Multilingual Plane alone, and random chunks built from
+    the pieces the numba shapes read (letters of several cases and scripts, digits,
+    hyphens, apostrophes, periods, closing and opening marks, clitics, units): each chunk
+    splits into the words the Python splitter gives."""
+    singles = [chr(c) for c in range(0x10000)
+               if not chr(c).isspace() and not 0xD800 <= c < 0xE000]
+    _check_chunks(singles)
+    pieces = ["a", "Z", "5", "0", "-", "'", "’", ".", ",", "(", ")", '"', "”", "s", "t", "n",
+              "m", "re", "ll", "GB", "km", "mbar", "µm", "é", "中", "I", "N", "T", "Mr", "e"]
+    rng = np.random.default_rng(3)
+    _check_chunks(["".join(rng.choice(pieces, int(rng.integers(2, 7))))
+                   for _ in range(60_000)])
