@@ -101,12 +101,14 @@ class TextWords:
     statistics, indexed by ``N_WORDS`` ...); ``code_points``: uint32[len(text)].
     """
 
-    __slots__ = ("chunk_word", "word_hash", "word_len", "word_kind", "totals", "code_points")
+    __slots__ = ("chunk_word", "word_hash", "word_len", "word_kind", "totals", "code_points",
+                 "lines")
 
     def __init__(self, chunk_word, word_hash, word_len, word_kind, totals,
                  code_points) -> None:
         self.chunk_word, self.word_hash, self.word_len = chunk_word, word_hash, word_len
         self.word_kind, self.totals, self.code_points = word_kind, totals, code_points
+        self.lines: tuple[np.ndarray, ...] | None = None  # line_table, once computed
 
     def sentences(self, chunk_starts: np.ndarray, chunk_ends: np.ndarray) -> int:
         """Total of :func:`~.words.count_sentences` over lines: line ``j`` is the words of
@@ -163,12 +165,52 @@ def analyze(text: str) -> TextWords:
     hit = _TEXTS.get(id(text))
     if hit is not None and hit[0] is text:
         return hit[1]
-    tw = split_text(text)
+    return _remember(text, split_text(text))
+
+
+def _remember(text: str, tw: TextWords) -> TextWords:
     if _CACHED_WORDS[0] + len(tw.word_len) > MAX_CACHED_WORDS:
         release()
     _TEXTS[id(text)] = (text, tw)
     _CACHED_WORDS[0] += len(tw.word_len)
     return tw
+
+
+def remember_joined(text: str, tw: TextWords, chunk_starts: np.ndarray,
+                    chunk_ends: np.ndarray) -> TextWords:
+    """Cache, as :func:`analyze` would give it, the analysis of ``text``: the chunks
+    ``chunk_starts[j]:chunk_ends[j]`` (int64 arrays, in order) of the text ``tw`` was
+    made from, joined by whitespace (a chunk's words do not depend on its neighbours, so
+    no text is split again). ``text`` must be those chunks joined by whitespace."""
+    words, chunk_word = _gather(tw.chunk_word, chunk_starts, chunk_ends)
+    kind, wlen = tw.word_kind[words], tw.word_len[words]
+    content = (kind & _K_PUNCT) == 0
+    totals = np.array([len(words), np.count_nonzero(content), wlen[content].sum(),
+                       np.count_nonzero(kind & _K_ALPHA)], np.int64)
+    return _remember(text, TextWords(chunk_word, tw.word_hash[words], wlen, kind, totals,
+                                     code_points(text)))
+
+
+@numba.njit(cache=True)
+def _gather(chunk_word, chunk_starts, chunk_ends):
+    """(int64 indices of the words of the chunk ranges, in order; int64 chunk -> first
+    word of the joined ranges, as ``TextWords.chunk_word``)."""
+    n_words, n_chunks = 0, 0
+    for j in range(chunk_starts.shape[0]):
+        n_words += chunk_word[chunk_ends[j]] - chunk_word[chunk_starts[j]]
+        n_chunks += chunk_ends[j] - chunk_starts[j]
+    words = np.empty(n_words, np.int64)
+    out = np.empty(n_chunks + 1, np.int64)
+    w, c = 0, 0
+    for j in range(chunk_starts.shape[0]):
+        for k in range(chunk_starts[j], chunk_ends[j]):
+            out[c] = w
+            c += 1
+            for i in range(chunk_word[k], chunk_word[k + 1]):
+                words[w] = i
+                w += 1
+    out[c] = w
+    return words, out
 
 
 def hashes_of(words) -> np.ndarray:
@@ -518,8 +560,11 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
     longest chunk's length, and bits: 1 where it ends in one of ``. ? ! " '`` and not in
     ``...`` (C4's terminal punctuation), 2 where it holds ``[``, 4 where it starts with
     ``•`` or ``-``, 8 where it ends in ``...`` or ``…`` (Gopher's bullets and ellipses).
+    Computed once per analysis.
     """
-    return _line_table(tw.code_points, FLAGS)
+    if tw.lines is None:
+        tw.lines = _line_table(tw.code_points, FLAGS)
+    return tw.lines
 
 
 #: bits of :func:`line_table`'s last array

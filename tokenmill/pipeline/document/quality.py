@@ -315,8 +315,8 @@ class C4QualityFilter(DocumentFilter):
             why = self._lines(lines, kept, spans, cited)
         if why is not None:
             return why
+        at = np.array(spans, np.int64)
         if c["split_paragraph"]:
-            at = np.array(spans, np.int64)
             n_sent = analysis.analyze(doc.text).sentences(at[0::2], at[1::2])
             for line in cited:
                 tw = analysis.split_text(line)
@@ -327,7 +327,11 @@ class C4QualityFilter(DocumentFilter):
         if c["min_num_sentences"] != -1 and n_sent < c["min_num_sentences"]:
             return "c4:too_few_sentences"
         if c["modify_text"]:
-            doc.text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
+            text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
+            if self._fast and not cited:  # the next filters read its words unsplit
+                analysis.remember_joined(text, analysis.analyze(doc.text), at[0::2],
+                                         at[1::2])
+            doc.text = text
         return None
 
     def _kernel_lines(self, text: str, kept: list[str], spans: list[int],
