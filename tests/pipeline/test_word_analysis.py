@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,12 @@ import pytest
 from tests.shared import corpora
 from tokenmill.pipeline.document import analysis
 from tokenmill.pipeline.document.quality import C4QualityFilter
+from tokenmill.pipeline.document.repetition import (
+    _find_duplicates,
+    _split_lines,
+    duplicates,
+    line_ends_counts,
+)
 from tokenmill.pipeline.document.words import (
     SENTENCE_TERMINALS,
     count_sentences,
@@ -122,3 +129,21 @@ def test_numba_chunk_shapes_split_as_the_python_splitter():
     rng = np.random.default_rng(3)
     _check_chunks(["".join(rng.choice(pieces, int(rng.integers(2, 7))))
                    for _ in range(60_000)])
+
+
+def test_duplicate_lines_and_paragraphs_count_as_the_python_lists():
+    """Paragraphs, Gopher's lines and FineWeb's non-blank lines: segments, repeats and
+    their characters as datatrove's ``find_duplicates`` counts them on the split lists."""
+    texts = _sample() + ["\n", "\n\n", "a\n", "\na", "\na\n", " \n \n\n\n x \n\n\n\n x ",
+                         "a\n\na\n\n\na \n\n a", "é\u2028é\n\né\r\né\n \n"]
+    for text in texts:
+        cp = analysis.code_points(text)
+        lines = [ln for ln in text.split("\n") if ln and not ln.isspace()]
+        parts = {"para": re.split(r"\n{2,}", text.strip()),
+                 "line": _split_lines(text) if text else [], "nonblank": lines}
+        for part, items in parts.items():
+            n, n_dup, chars, starts, ends = duplicates(cp, part)
+            assert (n, n_dup, chars) == (len(items), *_find_duplicates(items)), (part, text)
+        assert [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == lines
+        assert line_ends_counts(cp, analysis.FLAGS, starts, ends, 3) == (
+            sum(ln[-1] in SENTENCE_TERMINALS for ln in lines), sum(len(ln) <= 3 for ln in lines))

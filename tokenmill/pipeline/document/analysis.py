@@ -232,6 +232,12 @@ def reset() -> None:
 
 
 @numba.njit(cache=True, inline="always")
+def code_point_hash(cp, a, b):
+    """int64 hash of the code points ``cp[a:b]`` (FNV-1a, then a murmur finalizer)."""
+    return _hash(cp, a, b)
+
+
+@numba.njit(cache=True, inline="always")
 def _hash(cp, a, b):
     h = np.uint64(0xCBF29CE484222325)
     for i in range(a, b):

@@ -42,12 +42,9 @@ import numpy as np
 
 from tokenmill.pipeline.document import analysis
 from tokenmill.pipeline.document.measures import Measures
-from tokenmill.pipeline.document.repetition import ngram_stats
+from tokenmill.pipeline.document.repetition import duplicates, line_ends_counts, ngram_stats
 from tokenmill.pipeline.document.words import SENTENCE_TERMINALS, split_words
 from tokenmill.pipeline.stage import Document, DocumentFilter
-
-_PARA_SPLIT = re.compile(r"\n{2,}")
-_LINE_SPLIT = re.compile(r"\n+")
 
 # Gopher's stop-word list (Rae et al. 2021, A.1.1): at least two distinct ones must occur
 # (as written, lower case, as in datatrove).
@@ -77,24 +74,6 @@ def split_into_words(text: str) -> list[str]:
     """Words and punctuation marks of ``text``
     (:func:`tokenmill.pipeline.document.words.split_words`)."""
     return split_words(text)
-
-
-def _split_lines(text: str) -> list[str]:
-    """``re.split(r"\n+", text)`` of a non-empty text, without the regex: the non-empty
-    lines, after a ``""`` if the text starts with a newline, before one if it ends so."""
-    lines = [ln for ln in text.split("\n") if ln]
-    if text[0] == "\n":
-        lines.insert(0, "")
-    if text[-1] == "\n":
-        lines.append("")
-    return lines
-
-
-def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
-    """(number of repeated elements, characters in them), first occurrences excluded
-    (Gopher / datatrove ``find_duplicates``)."""
-    distinct = dict.fromkeys(items)  # equal items have equal lengths
-    return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
 class GopherQualityFilter(DocumentFilter):
@@ -228,18 +207,17 @@ class GopherRepetitionFilter(DocumentFilter):
             return "gopher_repetition:empty"
         n_chars = len(text)
         record = self.measures.record
-        for part, items in (("para", _PARA_SPLIT.split(text.strip())),
-                            ("line", _split_lines(text))):
-            n_dup, dup_chars = _find_duplicates(items)
-            if c[f"dup_{part}_frac"] is not None and items:
-                record(f"gopher_repetition:dup_{part}_frac", n_dup / len(items))
-                if n_dup / len(items) > c[f"dup_{part}_frac"]:
+        tw = analysis.analyze(text)
+        for part in ("para", "line"):
+            n_items, n_dup, dup_chars, _, _ = duplicates(tw.code_points, part)
+            if c[f"dup_{part}_frac"] is not None and n_items:
+                record(f"gopher_repetition:dup_{part}_frac", n_dup / n_items)
+                if n_dup / n_items > c[f"dup_{part}_frac"]:
                     return f"gopher_repetition:dup_{part}_frac"
             if c[f"dup_{part}_char_frac"] is not None:
                 record(f"gopher_repetition:dup_{part}_char_frac", dup_chars / n_chars)
                 if dup_chars / n_chars > c[f"dup_{part}_char_frac"]:
                     return f"gopher_repetition:dup_{part}_char_frac"
-        tw = analysis.analyze(text)
         top, dup = ngram_stats(tw.word_hash, tw.word_len, self._top_n, self._dup_n)
         if len(top):
             record("gopher_repetition:top_n_gram", top[0] / n_chars)
@@ -475,28 +453,38 @@ class FineWebQualityFilter(DocumentFilter):
         super().__init__(**cfg)
         self.c = cfg
         self.stop_chars = tuple(stop_chars) if stop_chars is not None else TERMINAL_PUNCTUATION
+        # the sentence terminals: read from the code point flags in numba
+        self._terminals = set(self.stop_chars) == set(TERMINAL_PUNCTUATION)
         self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        lines = [ln for ln in text.split("\n") if ln and not ln.isspace()]
-        if not lines:
+        tw = analysis.analyze(text)
+        n_lines, _, dup_chars, starts, ends = duplicates(tw.code_points, "nonblank")
+        if not n_lines:
             return "fineweb:empty"
         record = self.measures.record
-        ratio = sum(map(str.endswith, lines, repeat(self.stop_chars))) / len(lines)
+        if self._terminals:
+            n_term, n_short = line_ends_counts(tw.code_points, analysis.FLAGS, starts, ends,
+                                               c["short_line_length"])
+        else:
+            lines = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+            n_term = sum(map(str.endswith, lines, repeat(self.stop_chars)))
+            n_short = sum(map(c["short_line_length"].__ge__, map(len, lines)))
+        ratio = n_term / n_lines
         record("fineweb:line_punct_ratio", ratio)
         if ratio < c["line_punct_thr"] and not (ratio == 0 and c["line_punct_exclude_zero"]):
             return "fineweb:line_punct_ratio"
-        ratio = sum(map(c["short_line_length"].__ge__, map(len, lines))) / len(lines)
+        ratio = n_short / n_lines
         record("fineweb:short_line_ratio", ratio)
         if ratio > c["short_line_thr"]:
             return "fineweb:short_line_ratio"
-        ratio = _find_duplicates(lines)[1] / max(1, len(text) - text.count("\n"))
+        ratio = dup_chars / max(1, len(text) - text.count("\n"))
         record("fineweb:char_dup_ratio", ratio)
         if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
-        n_words = int(analysis.analyze(text).totals[analysis.N_WORDS])
+        n_words = int(tw.totals[analysis.N_WORDS])
         if n_words:
             record("fineweb:list_ratio", text.count("\n") / n_words)
         if n_words and text.count("\n") / n_words > c["new_line_ratio"]:
