@@ -34,7 +34,10 @@ from tokenmill.pipeline.stage import Document
 ALL = ("c4-en-sample", "cc-main-2019-sample", "wikipedia-wikitext-sample", "python-docs-rst")
 HOSTILE = ["", " ", "\n\n", "a\r\nb\rc\x0bd\x0ce\x1cf\x85g\u2028h\u2029i", "Cannot, cannot.",
            "CANNOT go. Mr. Smith's U.S. e.g. it. (word), 58.19 1,000 10:30 don't I'm",
-           "𝐇𝐞𝐥𝐥𝐨 𝐰𝐨𝐫𝐥𝐝. 😀😀 ok! 𝟏𝟐𝟑", "a\ud800b c.", "x [1] y. z {a}. lorem ipsum."]
+           "𝐇𝐞𝐥𝐥𝐨 𝐰𝐨𝐫𝐥𝐝. 😀😀 ok! 𝟏𝟐𝟑", "a\ud800b c.", "x [1] y. z {a}. lorem ipsum.",
+           "One two three.\nEnable JavaScript to go on.\nWe use cookies here.\nFour five six.\n"
+           "Lorem Ipsum dolor sit.\nA {b} c d.", "a b c.\nuse {x} of y.\nUSE COOKIES a b.\nx y z.",
+           "Read the terms of use, now.\nI see it.\nok then we go.\n{ a b c.\nlorem ipsum a b."]
 
 
 def _sample() -> list[str]:

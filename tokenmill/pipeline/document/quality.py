@@ -76,6 +76,17 @@ def split_into_words(text: str) -> list[str]:
     return split_words(text)
 
 
+def _offsets(text: str, phrase: str) -> list[int]:
+    """Start offsets of the occurrences of ``phrase`` in ``text`` (each after the last's
+    start)."""
+    out = []
+    i = text.find(phrase)
+    while i >= 0:
+        out.append(i)
+        i = text.find(phrase, i + 1)
+    return out
+
+
 class GopherQualityFilter(DocumentFilter):
     """Gopher quality rules (Rae et al. 2021, A.1.1; datatrove ``GopherQualityFilter``).
 
@@ -329,6 +340,9 @@ class C4QualityFilter(DocumentFilter):
         if c["max_word_length"] != -1:
             verdict[longest > c["max_word_length"]] = 1
         pos = np.cumsum(chunks)
+        if text.isascii() and not marked[verdict == 0].any():
+            return self._whole_text_lines(text, starts, ends, verdict, pos - chunks, pos,
+                                          kept, spans)
         for i in np.flatnonzero(verdict == 0).tolist():
             line = text[starts[i]:ends[i]]
             if marked[i]:
@@ -360,6 +374,46 @@ class C4QualityFilter(DocumentFilter):
             else:
                 spans += [int(pos[i] - chunks[i]), int(pos[i])]
             kept.append(line)
+        self._count_drops(verdict)
+        self.line_stats["line_total"] += len(starts)
+        return None
+
+    def _whole_text_lines(self, text: str, starts: np.ndarray, ends: np.ndarray,
+                          verdict: np.ndarray, first_chunk: np.ndarray,
+                          end_chunk: np.ndarray, kept: list[str],
+                          spans: list[int]) -> str | None:
+        """The rest of :meth:`_kernel_lines` for an ASCII text whose lines left to check
+        hold no ``[``: lower-casing keeps offsets, so ``lorem ipsum``, ``javascript``,
+        ``{`` and the policy phrases are searched once in the whole text and their lines
+        found by offset (no phrase crosses a line break), not line by line."""
+        c = self.c
+        low = text.lower()
+        hits = {}
+        for name, found in (("lorem", _offsets(low, "lorem ipsum")),
+                            ("javascript", _offsets(low, "javascript")),
+                            ("curly", _offsets(text, "{")),
+                            ("policy", [m.start() for m in _C4_POLICY.finditer(low)])):
+            hits[name] = np.zeros(len(starts), np.bool_)
+            hits[name][np.searchsorted(starts, np.array(found, np.int64), "right") - 1] = True
+        off = np.zeros(len(starts), np.bool_)
+        open_ = verdict == 0  # in line order: lorem ipsum ends the document, then
+        # javascript drops the line, then "{" ends the document, then policy text drops it
+        lorem = open_ & hits["lorem"] if c["filter_lorem_ipsum"] else off
+        js = open_ & ~lorem & hits["javascript"] if c["filter_javascript"] else off
+        curly = open_ & ~lorem & ~js & hits["curly"] if c["filter_curly_bracket"] else off
+        policy = open_ & ~lorem & ~js & ~curly & hits["policy"] if c["filter_policy"] \
+            else off
+        verdict[js] = 4
+        verdict[policy] = 5
+        ends_doc = np.flatnonzero(lorem | curly)
+        if len(ends_doc):
+            i = int(ends_doc[0])
+            self._count_drops(verdict[:i])
+            self.line_stats["line_total"] += i + 1
+            return "c4:lorem_ipsum" if lorem[i] else "c4:curly_bracket"
+        keep = np.flatnonzero(verdict == 0)
+        kept += map(text.__getitem__, map(slice, starts[keep].tolist(), ends[keep].tolist()))
+        spans += np.stack([first_chunk[keep], end_chunk[keep]], 1).ravel().tolist()
         self._count_drops(verdict)
         self.line_stats["line_total"] += len(starts)
         return None
