@@ -37,7 +37,8 @@ HOSTILE = ["", " ", "\n\n", "a\r\nb\rc\x0bd\x0ce\x1cf\x85g\u2028h\u2029i", "Cann
            "𝐇𝐞𝐥𝐥𝐨 𝐰𝐨𝐫𝐥𝐝. 😀😀 ok! 𝟏𝟐𝟑", "a\ud800b c.", "x [1] y. z {a}. lorem ipsum.",
            "One two three.\nEnable JavaScript to go on.\nWe use cookies here.\nFour five six.\n"
            "Lorem Ipsum dolor sit.\nA {b} c d.", "a b c.\nuse {x} of y.\nUSE COOKIES a b.\nx y z.",
-           "Read the terms of use, now.\nI see it.\nok then we go.\n{ a b c.\nlorem ipsum a b."]
+           "Read the terms of use, now.\nI see it.\nok then we go.\n{ a b c.\nlorem ipsum a b.",
+           "One two three.\nWe use coo\u212aies here.\nFour five six.", "A b c.\nX \u0130 y z."]
 
 
 def _sample() -> list[str]:

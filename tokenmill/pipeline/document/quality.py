@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenmill.pipeline.document import analysis
+from tokenmill.pipeline.document import analysis, c4_lines
 from tokenmill.pipeline.document.measures import Measures
 from tokenmill.pipeline.document.repetition import duplicates, line_ends_counts, ngram_stats
 from tokenmill.pipeline.document.words import SENTENCE_TERMINALS, split_words
@@ -305,6 +305,9 @@ class C4QualityFilter(DocumentFilter):
         self.measures = Measures()
         # split lines: their numbers from the word analysis' line table in numba
         self._fast = split_paragraph and not self.bad_words
+        self._phrases = c4_lines.phrase_table(C4_POLICY_SUBSTRINGS)
+        self._checks = np.array([filter_lorem_ipsum, filter_javascript, filter_curly_bracket,
+                                 filter_policy], np.bool_)
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
@@ -359,6 +362,11 @@ class C4QualityFilter(DocumentFilter):
         if c["max_word_length"] != -1:
             verdict[longest > c["max_word_length"]] = 1
         pos = np.cumsum(chunks)
+        if not marked[verdict == 0].any():
+            why = self._kernel_phrases(text, starts, ends, verdict, pos - chunks, pos, kept,
+                                       spans)
+            if why != "undecided":
+                return why
         low = text.lower()
         if len(low) == len(text):  # lower-casing kept every offset
             hits, cut = self._line_hits(text, low, starts, ends, verdict, marked, chunks)
@@ -400,6 +408,29 @@ class C4QualityFilter(DocumentFilter):
             kept.append(line)
         self._count_drops(verdict)
         self.line_stats["line_total"] += len(starts)
+        return None
+
+    def _kernel_phrases(self, text: str, starts: np.ndarray, ends: np.ndarray,
+                        verdict: np.ndarray, first_chunk: np.ndarray, end_chunk: np.ndarray,
+                        kept: list[str], spans: list[int]) -> str | None:
+        """The phrase checks of the open lines (none holding ``[``) in numba
+        (:func:`~.c4_lines.decide_lines`); ``"undecided"`` when a line needs Python's
+        lower-casing (nothing counted then)."""
+        tw = analysis.analyze(text)
+        out = verdict.copy()
+        code, at = c4_lines.decide_lines(tw.code_points, analysis.FLAGS, starts, ends, out,
+                                         *self._phrases, self._checks)
+        if code == c4_lines.UNDECIDED:
+            return "undecided"
+        verdict[:] = out
+        if code != c4_lines.KEEP:
+            self._count_drops(verdict[:at])
+            self.line_stats["line_total"] += at + 1
+            return "c4:lorem_ipsum" if code == c4_lines.LOREM else "c4:curly_bracket"
+        _collect(text, np.flatnonzero(verdict == 0), starts, ends, first_chunk, end_chunk, {},
+                 kept, spans, [])
+        self._count_drops(verdict)
+        self.line_stats["line_total"] += len(verdict)
         return None
 
     def _line_hits(self, text: str, low: str, starts: np.ndarray, ends: np.ndarray,
