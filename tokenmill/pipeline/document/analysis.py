@@ -183,12 +183,28 @@ def remember_joined(text: str, tw: TextWords, chunk_starts: np.ndarray,
     made from, joined by whitespace (a chunk's words do not depend on its neighbours, so
     no text is split again). ``text`` must be those chunks joined by whitespace."""
     words, chunk_word = _gather(tw.chunk_word, chunk_starts, chunk_ends)
-    kind, wlen = tw.word_kind[words], tw.word_len[words]
-    content = (kind & _K_PUNCT) == 0
-    totals = np.array([len(words), np.count_nonzero(content), wlen[content].sum(),
-                       np.count_nonzero(kind & _K_ALPHA)], np.int64)
-    return _remember(text, TextWords(chunk_word, tw.word_hash[words], wlen, kind, totals,
+    kind, wlen, whash, totals = _gathered_words(tw.word_kind, tw.word_len, tw.word_hash,
+                                                words)
+    return _remember(text, TextWords(chunk_word, whash, wlen, kind, totals,
                                      code_points(text)))
+
+
+@numba.njit(cache=True)
+def _gathered_words(kind, wlen, whash, words):
+    """The per-word arrays at ``words`` and their :attr:`TextWords.totals`."""
+    n = words.shape[0]
+    k2, l2, h2 = np.empty(n, np.uint8), np.empty(n, np.int64), np.empty(n, np.int64)
+    totals = np.zeros(4, np.int64)
+    for j in range(n):
+        w = words[j]
+        k2[j], l2[j], h2[j] = kind[w], wlen[w], whash[w]
+        totals[0] += 1
+        if not kind[w] & _K_PUNCT:
+            totals[1] += 1
+            totals[2] += wlen[w]
+        if kind[w] & _K_ALPHA:
+            totals[3] += 1
+    return k2, l2, h2, totals
 
 
 @numba.njit(cache=True)
