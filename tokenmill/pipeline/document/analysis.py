@@ -21,6 +21,10 @@ classes come from a table over every code point built from ``str`` methods and
 :mod:`unicodedata` (:data:`FLAGS`; the code points above the Basic Multilingual Plane are
 filled in when a text first holds them).
 
+A filter that edits a text by keeping some of its lines (C4) hands the new text over with
+:func:`remember_joined`: its analysis is then gathered from the old one's arrays when a
+later filter first asks for it, not split again.
+
 :func:`release` empties the per-text cache (call it when a block's document stages are
 done, to free the memory early); it also empties itself past ``MAX_CACHED_WORDS`` words.
 """
@@ -44,6 +48,7 @@ from tokenmill.pipeline.document.words import (
 
 MAX_CACHED_WORDS = 8_000_000
 MAX_CHUNK_CACHE = 500_000
+MAX_JOINED = 10_000  # texts awaiting their joined analysis (a block's, and more)
 
 #: indices of :meth:`TextWords.totals`
 N_WORDS, N_CONTENT, CONTENT_CHARS, N_ALPHA = 0, 1, 2, 3
@@ -122,6 +127,9 @@ class TextWords:
 
 
 _TEXTS: dict[int, tuple[str, TextWords]] = {}
+# texts made of another's chunks, analysed when first asked for: (text, analysis of the
+# other, chunk starts, chunk ends) by id
+_JOINED: dict[int, tuple[str, TextWords, np.ndarray, np.ndarray]] = {}
 _CACHED_WORDS = [0]
 _CHUNK_LENGTHS: dict[str, tuple[int, ...]] = {}
 
@@ -165,6 +173,9 @@ def analyze(text: str) -> TextWords:
     hit = _TEXTS.get(id(text))
     if hit is not None and hit[0] is text:
         return hit[1]
+    joined = _JOINED.pop(id(text), None)
+    if joined is not None and joined[0] is text:
+        return _remember(text, _joined(*joined))
     return _remember(text, split_text(text))
 
 
@@ -177,16 +188,22 @@ def _remember(text: str, tw: TextWords) -> TextWords:
 
 
 def remember_joined(text: str, tw: TextWords, chunk_starts: np.ndarray,
-                    chunk_ends: np.ndarray) -> TextWords:
-    """Cache, as :func:`analyze` would give it, the analysis of ``text``: the chunks
-    ``chunk_starts[j]:chunk_ends[j]`` (int64 arrays, in order) of the text ``tw`` was
-    made from, joined by whitespace (a chunk's words do not depend on its neighbours, so
-    no text is split again). ``text`` must be those chunks joined by whitespace."""
+                    chunk_ends: np.ndarray) -> None:
+    """Let :func:`analyze` give the analysis of ``text`` without splitting it: ``text``
+    is the chunks ``chunk_starts[j]:chunk_ends[j]`` (int64 arrays, in order) of the text
+    ``tw`` was made from, joined by whitespace (a chunk's words do not depend on its
+    neighbours); built from ``tw``'s arrays when first asked for."""
+    if len(_JOINED) >= MAX_JOINED:  # never asked for: let them go
+        _JOINED.clear()
+    _JOINED[id(text)] = (text, tw, chunk_starts, chunk_ends)
+
+
+def _joined(text: str, tw: TextWords, chunk_starts: np.ndarray,
+            chunk_ends: np.ndarray) -> TextWords:
     words, chunk_word = _gather(tw.chunk_word, chunk_starts, chunk_ends)
     kind, wlen, whash, totals = _gathered_words(tw.word_kind, tw.word_len, tw.word_hash,
                                                 words)
-    return _remember(text, TextWords(chunk_word, whash, wlen, kind, totals,
-                                     code_points(text)))
+    return TextWords(chunk_word, whash, wlen, kind, totals, code_points(text))
 
 
 @numba.njit(cache=True)
@@ -237,6 +254,7 @@ def hashes_of(words) -> np.ndarray:
 def release() -> None:
     """Forget every cached text."""
     _TEXTS.clear()
+    _JOINED.clear()
     _CACHED_WORDS[0] = 0
 
 
