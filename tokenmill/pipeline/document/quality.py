@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenmill.pipeline.document import analysis, c4_lines
+from tokenmill.pipeline.document import analysis
 from tokenmill.pipeline.document.measures import Measures
 from tokenmill.pipeline.document.repetition import duplicates, line_ends_counts, ngram_stats
 from tokenmill.pipeline.document.words import SENTENCE_TERMINALS, split_words
@@ -74,36 +74,6 @@ def split_into_words(text: str) -> list[str]:
     """Words and punctuation marks of ``text``
     (:func:`tokenmill.pipeline.document.words.split_words`)."""
     return split_words(text)
-
-
-def _offsets(text: str, phrase: str) -> list[int]:
-    """Start offsets of the occurrences of ``phrase`` in ``text`` (each after the last's
-    start)."""
-    out = []
-    i = text.find(phrase)
-    while i >= 0:
-        out.append(i)
-        i = text.find(phrase, i + 1)
-    return out
-
-
-def _collect(text: str, keep: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-             first_chunk: np.ndarray, end_chunk: np.ndarray, cut: dict[int, str],
-             kept: list[str], spans: list[int], cited: list[str]) -> None:
-    """Append the lines ``keep`` (in order) to ``kept``: ``text[starts:ends]``, or
-    ``cut[i]`` for a line that lost citation marks (also appended to ``cited``); and the
-    chunk spans of the others to ``spans``."""
-    if not cut:
-        kept += map(text.__getitem__, map(slice, starts[keep].tolist(), ends[keep].tolist()))
-        spans += np.stack([first_chunk[keep], end_chunk[keep]], 1).ravel().tolist()
-        return
-    for i in keep.tolist():
-        if i in cut:
-            cited.append(cut[i])
-            kept.append(cut[i])
-        else:
-            spans += [int(first_chunk[i]), int(end_chunk[i])]
-            kept.append(text[starts[i]:ends[i]])
 
 
 class GopherQualityFilter(DocumentFilter):
@@ -305,9 +275,6 @@ class C4QualityFilter(DocumentFilter):
         self.measures = Measures()
         # split lines: their numbers from the word analysis' line table in numba
         self._fast = split_paragraph and not self.bad_words
-        self._phrases = c4_lines.phrase_table(C4_POLICY_SUBSTRINGS)
-        self._checks = np.array([filter_lorem_ipsum, filter_javascript, filter_curly_bracket,
-                                 filter_policy], np.bool_)
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
@@ -362,19 +329,6 @@ class C4QualityFilter(DocumentFilter):
         if c["max_word_length"] != -1:
             verdict[longest > c["max_word_length"]] = 1
         pos = np.cumsum(chunks)
-        if not marked[verdict == 0].any():
-            why = self._kernel_phrases(text, starts, ends, verdict, pos - chunks, pos, kept,
-                                       spans)
-            if why != "undecided":
-                return why
-        low = text.lower()
-        if len(low) == len(text):  # lower-casing kept every offset
-            hits, cut = self._line_hits(text, low, starts, ends, verdict, marked, chunks)
-            why = self._decide_lines(verdict, hits)
-            if why is None:
-                _collect(text, np.flatnonzero(verdict == 0), starts, ends, pos - chunks, pos,
-                         cut, kept, spans, cited)
-            return why
         for i in np.flatnonzero(verdict == 0).tolist():
             line = text[starts[i]:ends[i]]
             if marked[i]:
@@ -408,87 +362,6 @@ class C4QualityFilter(DocumentFilter):
             kept.append(line)
         self._count_drops(verdict)
         self.line_stats["line_total"] += len(starts)
-        return None
-
-    def _kernel_phrases(self, text: str, starts: np.ndarray, ends: np.ndarray,
-                        verdict: np.ndarray, first_chunk: np.ndarray, end_chunk: np.ndarray,
-                        kept: list[str], spans: list[int]) -> str | None:
-        """The phrase checks of the open lines (none holding ``[``) in numba
-        (:func:`~.c4_lines.decide_lines`); ``"undecided"`` when a line needs Python's
-        lower-casing (nothing counted then)."""
-        tw = analysis.analyze(text)
-        out = verdict.copy()
-        code, at = c4_lines.decide_lines(tw.code_points, analysis.FLAGS, starts, ends, out,
-                                         *self._phrases, self._checks)
-        if code == c4_lines.UNDECIDED:
-            return "undecided"
-        verdict[:] = out
-        if code != c4_lines.KEEP:
-            self._count_drops(verdict[:at])
-            self.line_stats["line_total"] += at + 1
-            return "c4:lorem_ipsum" if code == c4_lines.LOREM else "c4:curly_bracket"
-        _collect(text, np.flatnonzero(verdict == 0), starts, ends, first_chunk, end_chunk, {},
-                 kept, spans, [])
-        self._count_drops(verdict)
-        self.line_stats["line_total"] += len(verdict)
-        return None
-
-    def _line_hits(self, text: str, low: str, starts: np.ndarray, ends: np.ndarray,
-                   verdict: np.ndarray, marked: np.ndarray, chunks: np.ndarray
-                   ) -> tuple[dict[str, np.ndarray], dict[int, str]]:
-        """Per line, whether it holds ``lorem ipsum``, ``javascript``, ``{``, a policy
-        phrase: searched once in the whole text (``low``: its lower-case, same offsets)
-        and placed on their lines by offset (no phrase crosses a line break); the open
-        lines holding ``[`` checked one by one after their citation marks go (their
-        terminal punctuation and word count too, in ``verdict``). Also those lines'
-        text without the marks, by line."""
-        c = self.c
-        hits = {}
-        for name, found in (("lorem", _offsets(low, "lorem ipsum")),
-                            ("javascript", _offsets(low, "javascript")),
-                            ("curly", _offsets(text, "{")),
-                            ("policy", [m.start() for m in _C4_POLICY.finditer(low)])):
-            hits[name] = np.zeros(len(starts), np.bool_)
-            hits[name][np.searchsorted(starts, np.array(found, np.int64), "right") - 1] = True
-        cut = {}
-        for i in np.flatnonzero(marked & (verdict == 0)).tolist():
-            line = cut[i] = C4_CITATION.sub("", text[starts[i]:ends[i]])
-            if c["filter_no_terminal_punct"] and (
-                    not line.endswith(C4_END_PUNCTUATION) or line.endswith(C4_ELLIPSIS)):
-                verdict[i] = 2
-            elif chunks[i] < c["min_words_per_line"]:
-                verdict[i] = 3
-            line_low = line.lower()
-            for name, has in (("lorem", "lorem ipsum" in line_low),
-                              ("javascript", "javascript" in line_low),
-                              ("curly", "{" in line),
-                              ("policy", _C4_POLICY.search(line_low) is not None)):
-                hits[name][i] = has
-        return hits, cut
-
-    def _decide_lines(self, verdict: np.ndarray, hits: dict[str, np.ndarray]) -> str | None:
-        """The line loop of :meth:`_lines` on whole arrays: over the lines still open
-        (``verdict`` 0), in line order, ``lorem ipsum`` ends the document, else
-        ``javascript`` drops the line, else ``{`` ends the document, else a policy phrase
-        drops the line. Updates ``verdict`` and the line counts; the reason, if any."""
-        c = self.c
-        off = np.zeros(len(verdict), np.bool_)
-        open_ = verdict == 0
-        lorem = open_ & hits["lorem"] if c["filter_lorem_ipsum"] else off
-        js = open_ & ~lorem & hits["javascript"] if c["filter_javascript"] else off
-        curly = open_ & ~lorem & ~js & hits["curly"] if c["filter_curly_bracket"] else off
-        policy = open_ & ~lorem & ~js & ~curly & hits["policy"] if c["filter_policy"] \
-            else off
-        verdict[js] = 4
-        verdict[policy] = 5
-        ends_doc = np.flatnonzero(lorem | curly)
-        if len(ends_doc):
-            i = int(ends_doc[0])
-            self._count_drops(verdict[:i])
-            self.line_stats["line_total"] += i + 1
-            return "c4:lorem_ipsum" if lorem[i] else "c4:curly_bracket"
-        self._count_drops(verdict)
-        self.line_stats["line_total"] += len(verdict)
         return None
 
     def _count_drops(self, verdict: np.ndarray) -> None:
