@@ -14,11 +14,13 @@ from tokenmill.pipeline.document.quality import (
     FineWebQualityFilter,
     GopherQualityFilter,
     GopherRepetitionFilter,
-    _dup_ngram_chars,
-    _ngram_stats,
-    _top_ngram_chars,
     build_quality_filter,
     split_into_words,
+)
+from tokenmill.pipeline.document.repetition import (
+    _dup_ngram_chars,
+    _top_ngram_chars,
+    ngram_stats,
 )
 from tokenmill.pipeline.stage import Document
 
@@ -80,11 +82,25 @@ def test_ngram_stats_kernel_matches_python_reference():
                                    "a b a b a b c", "", "one"]
     for t in texts:
         w = split_into_words(t)
-        top, dup = _ngram_stats(np.fromiter(map(hash, w), np.int64, len(w)),
+        top, dup = ngram_stats(np.fromiter(map(hash, w), np.int64, len(w)),
                                 np.fromiter(map(len, w), np.int64, len(w)),
                                 np.array([2, 3, 4]), np.arange(5, 11))
         assert top.tolist() == [_top_ngram_chars(w, n) for n in (2, 3, 4)], t[:60]
         assert dup.tolist() == [_dup_ngram_chars(w, n) for n in range(5, 11)], t[:60]
+
+
+def test_ngram_stats_on_random_repetitive_words():
+    """Few distinct words, so n-grams repeat, tie and overlap: the hash table counts and
+    skips as the plain-Python reference does, for any sizes in any order."""
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        w = [str(x) * int(x) for x in rng.integers(1, 5, int(rng.integers(0, 30)))]
+        sizes = rng.integers(1, 12, 3)
+        top, dup = ngram_stats(np.fromiter(map(hash, w), np.int64, len(w)),
+                               np.fromiter(map(len, w), np.int64, len(w)),
+                               sizes, sizes[::-1].copy())
+        assert top.tolist() == [_top_ngram_chars(w, int(n)) for n in sizes], w
+        assert dup.tolist() == [_dup_ngram_chars(w, int(n)) for n in sizes[::-1]], w
 
 
 def test_c4_rules_and_line_edits():

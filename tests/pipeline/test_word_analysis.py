@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -14,10 +15,17 @@ import pytest
 from tests.shared import corpora
 from tokenmill.pipeline.document import analysis
 from tokenmill.pipeline.document.quality import C4QualityFilter
+from tokenmill.pipeline.document.repetition import (
+    _find_duplicates,
+    _split_lines,
+    duplicates,
+    line_ends_counts,
+)
 from tokenmill.pipeline.document.words import (
     SENTENCE_TERMINALS,
     count_sentences,
     is_punct_word,
+    split_chunk,
     split_words,
     word_counts,
 )
@@ -26,7 +34,11 @@ from tokenmill.pipeline.stage import Document
 ALL = ("c4-en-sample", "cc-main-2019-sample", "wikipedia-wikitext-sample", "python-docs-rst")
 HOSTILE = ["", " ", "\n\n", "a\r\nb\rc\x0bd\x0ce\x1cf\x85g\u2028h\u2029i", "Cannot, cannot.",
            "CANNOT go. Mr. Smith's U.S. e.g. it. (word), 58.19 1,000 10:30 don't I'm",
-           "𝐇𝐞𝐥𝐥𝐨 𝐰𝐨𝐫𝐥𝐝. 😀😀 ok! 𝟏𝟐𝟑", "a\ud800b c.", "x [1] y. z {a}. lorem ipsum."]
+           "𝐇𝐞𝐥𝐥𝐨 𝐰𝐨𝐫𝐥𝐝. 😀😀 ok! 𝟏𝟐𝟑", "a\ud800b c.", "x [1] y. z {a}. lorem ipsum.",
+           "One two three.\nEnable JavaScript to go on.\nWe use cookies here.\nFour five six.\n"
+           "Lorem Ipsum dolor sit.\nA {b} c d.", "a b c.\nuse {x} of y.\nUSE COOKIES a b.\nx y z.",
+           "Read the terms of use, now.\nI see it.\nok then we go.\n{ a b c.\nlorem ipsum a b.",
+           "One two three.\nWe use coo\u212aies here.\nFour five six.", "A b c.\nX \u0130 y z."]
 
 
 def _sample() -> list[str]:
@@ -69,6 +81,8 @@ def _check_words(texts: list[str]) -> None:
 
 
 def _check_c4_lines(texts: list[str]) -> None:
+    """C4 on the numba line table decides and edits as on its Python line loop, and the
+    analysis it leaves for the edited text is that text's own."""
     kernel, python = C4QualityFilter(), C4QualityFilter()
     python._fast = False
     assert kernel._fast
@@ -76,6 +90,10 @@ def _check_c4_lines(texts: list[str]) -> None:
         a, b = Document(key=str(i), source="s", text=text), Document(key=str(i), source="s",
                                                                       text=text)
         assert (kernel.reason(a), a.text) == (python.reason(b), b.text)
+        joined, fresh = analysis.analyze(a.text), analysis.split_text(a.text)
+        for name in ("chunk_word", "word_hash", "word_len", "word_kind", "totals",
+                     "code_points"):  # the kept lines' words, not split again
+            assert getattr(joined, name).tolist() == getattr(fresh, name).tolist()
     assert kernel.line_stats == python.line_stats
     assert kernel.measures.values == python.measures.values
     analysis.release()
@@ -94,3 +112,42 @@ def test_word_analysis_and_c4_lines_match_on_every_document():
     texts = _every_document()
     _check_words(texts)
     _check_c4_lines(texts)
+
+
+def _check_chunks(chunks: list[str]) -> None:
+    tw = analysis.split_text(" ".join(chunks))
+    want = [len(w) for c in chunks for w in split_chunk(c)]
+    assert tw.word_len.tolist() == want
+
+
+def test_numba_chunk_shapes_split_as_the_python_splitter():
+    """Every character of the Basic Multilingual Plane alone, and random chunks built from
+    the pieces the numba shapes read (letters of several cases and scripts, digits,
+    hyphens, apostrophes, periods, closing and opening marks, clitics, units): each chunk
+    splits into the words the Python splitter gives."""
+    singles = [chr(c) for c in range(0x10000)
+               if not chr(c).isspace() and not 0xD800 <= c < 0xE000]
+    _check_chunks(singles)
+    pieces = ["a", "Z", "5", "0", "-", "'", "’", ".", ",", "(", ")", '"', "”", "s", "t", "n",
+              "m", "re", "ll", "GB", "km", "mbar", "µm", "é", "中", "I", "N", "T", "Mr", "e"]
+    rng = np.random.default_rng(3)
+    _check_chunks(["".join(rng.choice(pieces, int(rng.integers(2, 7))))
+                   for _ in range(60_000)])
+
+
+def test_duplicate_lines_and_paragraphs_count_as_the_python_lists():
+    """Paragraphs, Gopher's lines and FineWeb's non-blank lines: segments, repeats and
+    their characters as datatrove's ``find_duplicates`` counts them on the split lists."""
+    texts = _sample() + ["\n", "\n\n", "a\n", "\na", "\na\n", " \n \n\n\n x \n\n\n\n x ",
+                         "a\n\na\n\n\na \n\n a", "é\u2028é\n\né\r\né\n \n"]
+    for text in texts:
+        cp = analysis.code_points(text)
+        lines = [ln for ln in text.split("\n") if ln and not ln.isspace()]
+        parts = {"para": re.split(r"\n{2,}", text.strip()),
+                 "line": _split_lines(text) if text else [], "nonblank": lines}
+        for part, items in parts.items():
+            n, n_dup, chars, starts, ends = duplicates(cp, part)
+            assert (n, n_dup, chars) == (len(items), *_find_duplicates(items)), (part, text)
+        assert [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == lines
+        assert line_ends_counts(cp, analysis.FLAGS, starts, ends, 3) == (
+            sum(ln[-1] in SENTENCE_TERMINALS for ln in lines), sum(len(ln) <= 3 for ln in lines))

@@ -8,9 +8,10 @@ holds the text, so an id is never reused while cached): the second filter to loo
 document pays one dictionary lookup.
 
 The split follows :mod:`~tokenmill.pipeline.document.words` exactly: the text is cut into
-whitespace chunks (``str.split()``), and a chunk that no rule touches (letters only,
-digits only) or that only loses one closing mark (``word,`` ``word)`` ``word.``) is split
-in numba; every other chunk (about one in ten in web text) is split by
+whitespace chunks (``str.split()``), and the chunks of the common shapes (letters, digits,
+closing and opening marks, hyphenated letters and numbers, units after numbers,
+contractions: :func:`_split_kernel`) are split in numba; every other chunk (about 2.5 %
+of the chunks of web text) is split by
 :func:`~tokenmill.pipeline.document.words.split_chunk` in Python, cached per distinct
 chunk, as word lengths (a chunk's words are its consecutive pieces). Per word the kernel
 keeps its start and length (code points), a 64-bit hash of its code points (FNV-1a, then
@@ -19,6 +20,10 @@ a murmur finalizer: equal words, equal hashes), whether it is punctuation
 classes come from a table over every code point built from ``str`` methods and
 :mod:`unicodedata` (:data:`FLAGS`; the code points above the Basic Multilingual Plane are
 filled in when a text first holds them).
+
+A filter that edits a text by keeping some of its lines (C4) hands the new text over with
+:func:`remember_joined`: its analysis is then gathered from the old one's arrays when a
+later filter first asks for it, not split again.
 
 :func:`release` empties the per-text cache (call it when a block's document stages are
 done, to free the memory early); it also empties itself past ``MAX_CACHED_WORDS`` words.
@@ -36,12 +41,14 @@ from tokenmill.pipeline.document.words import (
     PREFIX_MARKS,
     SENTENCE_TERMINALS,
     SUFFIX_MARKS,
+    UNIT_WORDS,
     is_punct_char,
     split_chunk,
 )
 
 MAX_CACHED_WORDS = 8_000_000
 MAX_CHUNK_CACHE = 500_000
+MAX_JOINED = 10_000  # texts awaiting their joined analysis (a block's, and more)
 
 #: indices of :meth:`TextWords.totals`
 N_WORDS, N_CONTENT, CONTENT_CHARS, N_ALPHA = 0, 1, 2, 3
@@ -99,12 +106,14 @@ class TextWords:
     statistics, indexed by ``N_WORDS`` ...); ``code_points``: uint32[len(text)].
     """
 
-    __slots__ = ("chunk_word", "word_hash", "word_len", "word_kind", "totals", "code_points")
+    __slots__ = ("chunk_word", "word_hash", "word_len", "word_kind", "totals", "code_points",
+                 "lines")
 
     def __init__(self, chunk_word, word_hash, word_len, word_kind, totals,
                  code_points) -> None:
         self.chunk_word, self.word_hash, self.word_len = chunk_word, word_hash, word_len
         self.word_kind, self.totals, self.code_points = word_kind, totals, code_points
+        self.lines: tuple[np.ndarray, ...] | None = None  # line_table, once computed
 
     def sentences(self, chunk_starts: np.ndarray, chunk_ends: np.ndarray) -> int:
         """Total of :func:`~.words.count_sentences` over lines: line ``j`` is the words of
@@ -118,6 +127,9 @@ class TextWords:
 
 
 _TEXTS: dict[int, tuple[str, TextWords]] = {}
+# texts made of another's chunks, analysed when first asked for: (text, analysis of the
+# other, chunk starts, chunk ends) by id
+_JOINED: dict[int, tuple[str, TextWords, np.ndarray, np.ndarray]] = {}
 _CACHED_WORDS = [0]
 _CHUNK_LENGTHS: dict[str, tuple[int, ...]] = {}
 
@@ -149,7 +161,7 @@ def split_text(text: str) -> TextWords:
     cp = code_points(text)
     if len(cp) and cp.max() >= 0x10000:
         _fill_flags(cp)
-    starts, ends, n_words, word_ends = _scan_chunks(cp, FLAGS, _ABBREV_HASHES)
+    starts, ends, n_words, word_ends = _scan_chunks(cp, FLAGS, _ABBREV_HASHES, _UNIT_HASHES)
     hard = np.flatnonzero(n_words < 0)
     lengths = np.array(_complex_lengths(text, starts[hard], ends[hard]) if len(hard) else [],
                        np.int64)
@@ -161,12 +173,77 @@ def analyze(text: str) -> TextWords:
     hit = _TEXTS.get(id(text))
     if hit is not None and hit[0] is text:
         return hit[1]
-    tw = split_text(text)
+    joined = _JOINED.pop(id(text), None)
+    if joined is not None and joined[0] is text:
+        return _remember(text, _joined(*joined))
+    return _remember(text, split_text(text))
+
+
+def _remember(text: str, tw: TextWords) -> TextWords:
     if _CACHED_WORDS[0] + len(tw.word_len) > MAX_CACHED_WORDS:
         release()
     _TEXTS[id(text)] = (text, tw)
     _CACHED_WORDS[0] += len(tw.word_len)
     return tw
+
+
+def remember_joined(text: str, tw: TextWords, chunk_starts: np.ndarray,
+                    chunk_ends: np.ndarray) -> None:
+    """Let :func:`analyze` give the analysis of ``text`` without splitting it: ``text``
+    is the chunks ``chunk_starts[j]:chunk_ends[j]`` (int64 arrays, in order) of the text
+    ``tw`` was made from, joined by whitespace (a chunk's words do not depend on its
+    neighbours); built from ``tw``'s arrays when first asked for."""
+    if len(_JOINED) >= MAX_JOINED:  # never asked for: let them go
+        _JOINED.clear()
+    _JOINED[id(text)] = (text, tw, chunk_starts, chunk_ends)
+
+
+def _joined(text: str, tw: TextWords, chunk_starts: np.ndarray,
+            chunk_ends: np.ndarray) -> TextWords:
+    words, chunk_word = _gather(tw.chunk_word, chunk_starts, chunk_ends)
+    kind, wlen, whash, totals = _gathered_words(tw.word_kind, tw.word_len, tw.word_hash,
+                                                words)
+    return TextWords(chunk_word, whash, wlen, kind, totals, code_points(text))
+
+
+@numba.njit(cache=True)
+def _gathered_words(kind, wlen, whash, words):
+    """The per-word arrays at ``words`` and their :attr:`TextWords.totals`."""
+    n = words.shape[0]
+    k2, l2, h2 = np.empty(n, np.uint8), np.empty(n, np.int64), np.empty(n, np.int64)
+    totals = np.zeros(4, np.int64)
+    for j in range(n):
+        w = words[j]
+        k2[j], l2[j], h2[j] = kind[w], wlen[w], whash[w]
+        totals[0] += 1
+        if not kind[w] & _K_PUNCT:
+            totals[1] += 1
+            totals[2] += wlen[w]
+        if kind[w] & _K_ALPHA:
+            totals[3] += 1
+    return k2, l2, h2, totals
+
+
+@numba.njit(cache=True)
+def _gather(chunk_word, chunk_starts, chunk_ends):
+    """(int64 indices of the words of the chunk ranges, in order; int64 chunk -> first
+    word of the joined ranges, as ``TextWords.chunk_word``)."""
+    n_words, n_chunks = 0, 0
+    for j in range(chunk_starts.shape[0]):
+        n_words += chunk_word[chunk_ends[j]] - chunk_word[chunk_starts[j]]
+        n_chunks += chunk_ends[j] - chunk_starts[j]
+    words = np.empty(n_words, np.int64)
+    out = np.empty(n_chunks + 1, np.int64)
+    w, c = 0, 0
+    for j in range(chunk_starts.shape[0]):
+        for k in range(chunk_starts[j], chunk_ends[j]):
+            out[c] = w
+            c += 1
+            for i in range(chunk_word[k], chunk_word[k + 1]):
+                words[w] = i
+                w += 1
+    out[c] = w
+    return words, out
 
 
 def hashes_of(words) -> np.ndarray:
@@ -177,6 +254,7 @@ def hashes_of(words) -> np.ndarray:
 def release() -> None:
     """Forget every cached text."""
     _TEXTS.clear()
+    _JOINED.clear()
     _CACHED_WORDS[0] = 0
 
 
@@ -185,6 +263,12 @@ def reset() -> None:
     for benchmarks)."""
     release()
     _CHUNK_LENGTHS.clear()
+
+
+@numba.njit(cache=True, inline="always")
+def code_point_hash(cp, a, b):
+    """int64 hash of the code points ``cp[a:b]`` (FNV-1a, then a murmur finalizer)."""
+    return _hash(cp, a, b)
 
 
 @numba.njit(cache=True, inline="always")
@@ -235,73 +319,179 @@ def _is_abbreviation(cp, a, b, abbrev_hashes):
 
 
 @numba.njit(cache=True)
-def _split_kernel(cp, flags, a, b, abbrev_hashes, ends):
+def _split_kernel(cp, flags, a, b, abbrev_hashes, unit_hashes, ends):
     """The words of the chunk ``cp[a:b]`` as :func:`~.words.split_chunk` splits it, for
-    the chunks of a few shapes: letters only or digits only (one word), letters and a
-    final period after a lower-case letter (not an abbreviation; two words), and
-    ``P* core S* [.]``: one-character prefixes ``P`` and suffixes ``S`` (no apostrophe,
-    so no clitic or abbreviation is in play), a core of ASCII digit runs joined by single
-    ``. , : /`` (one word: no infix rule splits between digits there) or of letter runs
-    joined by single hyphens (each a word), a final period after a suffix or the digits.
-    Writes the words' end offsets to ``ends``; returns their number, or -1 for any other
-    chunk (the Python splitter decides)."""
+    the chunks of a few shapes: one character, letters only or digits only (one word),
+    letters and a final period (not an abbreviation; split off as ``_period_suffix``
+    does), and ``P* core S* [.]``: one-character prefixes ``P`` (no apostrophe, so no
+    clitic is in play) and suffixes ``S`` (apostrophes too), a core of ASCII digit runs
+    joined by single ``. , : /`` (one word: no infix rule splits between digits there),
+    or a core :func:`_mixed_core` splits (letters and digits joined by hyphens, a unit
+    after a number, a contraction), and a final period split off as ``_period_suffix``
+    does. Writes the words' end offsets to ``ends``; returns their number, or -1 for any
+    other chunk (the Python splitter decides)."""
     if _all(cp, flags, a, b, ALPHA) or _all(cp, flags, a, b, DIGIT):
         if _maybe_cannot(cp, flags, a, b):
             return -1
         ends[0] = b
         return 1
     if cp[b - 1] == 46 and b - a >= 2 and _all(cp, flags, a, b - 1, ALPHA):
-        if (_maybe_cannot(cp, flags, a, b - 1) or not _lower_like(flags[cp[b - 2]])
-                or _is_abbreviation(cp, a, b, abbrev_hashes)):
+        if _maybe_cannot(cp, flags, a, b - 1) or _is_abbreviation(cp, a, b, abbrev_hashes):
             return -1
+        if not _period_ok(cp, flags, a, b - 1):  # "H." "AbC.": the period stays
+            ends[0] = b
+            return 1
         ends[0], ends[1] = b - 1, b
         return 2
+    if b - a == 1:  # one character: no rule splits it
+        ends[0] = b
+        return 1
     i, m = a, 0
     while i < b and flags[cp[i]] & PREFIX:
         i += 1
         ends[m] = i
         m += 1
     core = i
-    digits = i < b and cp[i] >= 48 and cp[i] <= 57
-    if digits:  # digit runs joined by single ". , : /" ("58.19", "10:30"): one word
-        while i < b and cp[i] >= 48 and cp[i] <= 57:
-            i += 1
-            if i + 1 < b and (cp[i] == 46 or cp[i] == 44 or cp[i] == 58 or cp[i] == 47) \
-                    and cp[i + 1] >= 48 and cp[i + 1] <= 57:
-                i += 1
+    n_digit = _digit_core(cp, i, b)
+    if n_digit > 0:  # digit runs joined by single ". , : /" ("58.19", "10:30"): one word
+        i += n_digit
         ends[m] = i
         m += 1
+        core_end = i
     else:
-        while True:
-            run = i
-            while i < b and flags[cp[i]] & ALPHA:
-                i += 1
-            if i == run:
-                return -1
-            ends[m] = i
-            m += 1
-            if i + 1 < b and cp[i] == 45 and flags[cp[i + 1]] & ALPHA:  # "-" infix
-                i += 1
-                ends[m] = i
-                m += 1
-            else:
-                break
-        if i - core == 6 and _maybe_cannot(cp, flags, core, i):
+        m = _mixed_core(cp, flags, core, b, abbrev_hashes, unit_hashes, ends, m)
+        if m < 0:
             return -1
-    core_end = i
-    while i < b and flags[cp[i]] & SUFFIX:
+        core_end = ends[m - 1]
+        i = core_end
+    while i < b and (flags[cp[i]] & SUFFIX or cp[i] == 39 or cp[i] == 0x2019):
         i += 1
         ends[m] = i
         m += 1
-    if i == b - 1 and cp[i] == 46 and (i > core_end or digits):
+    if i == b - 1 and cp[i] == 46:
+        if i == core_end and (not _period_ok(cp, flags, core, core_end)
+                              or _is_abbreviation(cp, core, b, abbrev_hashes)):
+            return -1
         i += 1
         ends[m] = i
         m += 1
     return m if i == b else -1
 
 
+@numba.njit(cache=True, inline="always")
+def _ascii_digit(c):
+    return c >= 48 and c <= 57
+
+
 @numba.njit(cache=True)
-def _scan_chunks(cp, flags, abbrev_hashes):
+def _digit_core(cp, i, b):
+    """Length of the ASCII digit runs joined by single ``. , : /`` at ``cp[i:b]``, if there
+    is a separator among them (one word: no infix rule splits between digits there), else
+    0."""
+    j = i
+    seps = 0
+    while j < b and _ascii_digit(cp[j]):
+        j += 1
+        if j + 1 < b and (cp[j] == 46 or cp[j] == 44 or cp[j] == 58 or cp[j] == 47) \
+                and _ascii_digit(cp[j + 1]):
+            j += 1
+            seps += 1
+    return j - i if seps else 0
+
+
+@numba.njit(cache=True)
+def _period_ok(cp, flags, core, end):
+    """Whether a period right after the core ``cp[core:end]`` is split off
+    (``words._period_suffix``): after a digit, a lower-case or uncased letter, or two
+    upper-case letters."""
+    f = flags[cp[end - 1]]
+    if f & DIGIT or _lower_like(f):
+        return True
+    return end - core >= 2 and f & UPPER and flags[cp[end - 2]] & UPPER
+
+
+@numba.njit(cache=True)
+def _mixed_core(cp, flags, i, b, abbrev_hashes, unit_hashes, ends, m):
+    """The words of the core at ``cp[i:]`` written to ``ends[m:]``: either letters, an
+    apostrophe and letters (``don't`` → ``do n't``, ``I'm`` → ``I 'm``, ``it's`` → ``it
+    's``, else one word), or runs of letters and ASCII digits joined by single hyphens,
+    split at a hyphen unless a letter precedes it and a digit follows (``50-59`` →
+    ``50 - 59``, ``COVID-19`` one word), a unit after a digit split off (``16GB`` → ``16
+    GB``). Returns the new word count, or -1 for any other core."""
+    j = i
+    letters = True
+    while j < b:
+        f = flags[cp[j]]
+        if f & ALPHA or _ascii_digit(cp[j]):
+            letters = letters and (f & ALPHA) != 0
+            j += 1
+        elif cp[j] == 45 and j > i and j + 1 < b and (
+                flags[cp[j + 1]] & ALPHA or _ascii_digit(cp[j + 1])):
+            letters = False
+            j += 1
+        else:
+            break
+    if j == i or _is_abbreviation(cp, i, j, abbrev_hashes):
+        return -1
+    if letters and j + 1 < b and (cp[j] == 39 or cp[j] == 0x2019) \
+            and flags[cp[j + 1]] & ALPHA:
+        return _contraction(cp, flags, i, j, b, abbrev_hashes, ends, m)
+    unit = j
+    for p in range(i + 1, j):
+        if _ascii_digit(cp[p - 1]) and j - p <= 4 and _is_abbreviation(cp, p, j, unit_hashes):
+            unit = p
+            break
+    if unit - i == 6 and _maybe_cannot(cp, flags, i, unit):
+        return -1
+    for k in range(i + 1, unit - 1):
+        if cp[k] == 45 and (flags[cp[k + 1]] & ALPHA or _ascii_digit(cp[k - 1])):
+            ends[m] = k
+            ends[m + 1] = k + 1
+            m += 2
+    ends[m] = unit
+    m += 1
+    if unit < j:
+        ends[m] = j
+        m += 1
+    return m
+
+
+@numba.njit(cache=True)
+def _contraction(cp, flags, i, j, b, abbrev_hashes, ends, m):
+    """Letters ``cp[i:j]``, an apostrophe at ``j``, letters after it (to ``b`` or a
+    suffix mark): split as :func:`~.words.split_chunk` splits a clitic."""
+    e = j + 1
+    while e < b and flags[cp[e]] & ALPHA:
+        e += 1
+    if _is_abbreviation(cp, i, e, abbrev_hashes):
+        return -1
+    for k in range(j + 1, e):
+        if cp[k] >= 128:
+            return -1
+    tail = e - j - 1
+    t0 = cp[j + 1] | 32
+    t1 = cp[j + 2] | 32 if tail >= 2 else 0
+    if tail == 1 and cp[j + 1] == 115 or cp[j + 1] == 83 and tail == 1:  # 's: a suffix
+        if j - i == 6 and _maybe_cannot(cp, flags, i, j):
+            return -1
+        cut = j
+    elif (tail == 1 and (t0 == 109 or t0 == 100)) or (tail == 2 and (
+            (t0 == 114 and t1 == 101) or (t0 == 118 and t1 == 101)
+            or (t0 == 108 and t1 == 108))):  # 'm 'd 're 've 'll
+        cut = j
+    elif tail == 1 and t0 == 116 and j - i >= 2 and (cp[j - 1] == 110 or cp[j - 1] == 78):
+        cut = j - 1  # n't
+    else:
+        cut = e  # one word
+    if cut < e:
+        ends[m] = cut
+        m += 1
+    ends[m] = e
+    return m + 1
+
+
+@numba.njit(cache=True)
+def _scan_chunks(cp, flags, abbrev_hashes, unit_hashes):
     """Whitespace chunks of ``cp`` (``str.split()``): int64 starts, ends, words per
     chunk (-1: for the Python splitter), and the end offsets of the words of the others,
     chunk after chunk."""
@@ -325,7 +515,8 @@ def _scan_chunks(cp, flags, abbrev_hashes):
     word_ends = np.empty(n + 1, np.int64)
     w = 0
     for j in range(k):
-        m = _split_kernel(cp, flags, starts[j], ends[j], abbrev_hashes, word_ends[w:])
+        m = _split_kernel(cp, flags, starts[j], ends[j], abbrev_hashes, unit_hashes,
+                          word_ends[w:])
         nw[j] = m
         if m > 0:
             w += m
@@ -409,8 +600,11 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
     longest chunk's length, and bits: 1 where it ends in one of ``. ? ! " '`` and not in
     ``...`` (C4's terminal punctuation), 2 where it holds ``[``, 4 where it starts with
     ``•`` or ``-``, 8 where it ends in ``...`` or ``…`` (Gopher's bullets and ellipses).
+    Computed once per analysis.
     """
-    return _line_table(tw.code_points, FLAGS)
+    if tw.lines is None:
+        tw.lines = _line_table(tw.code_points, FLAGS)
+    return tw.lines
 
 
 #: bits of :func:`line_table`'s last array
@@ -514,3 +708,5 @@ def _distinct_hits(whash, stop_hashes):
 
 # sorted hashes of the abbreviations, for the kernel to leave them to the Python splitter
 _ABBREV_HASHES = hashes_of(ABBREVIATIONS)
+# sorted hashes of the units split off after a number ("16GB" → "16 GB")
+_UNIT_HASHES = hashes_of(UNIT_WORDS)

@@ -38,16 +38,13 @@ from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any
 
-import numba
 import numpy as np
 
 from tokenmill.pipeline.document import analysis
 from tokenmill.pipeline.document.measures import Measures
+from tokenmill.pipeline.document.repetition import duplicates, line_ends_counts, ngram_stats
 from tokenmill.pipeline.document.words import SENTENCE_TERMINALS, split_words
 from tokenmill.pipeline.stage import Document, DocumentFilter
-
-_PARA_SPLIT = re.compile(r"\n{2,}")
-_LINE_SPLIT = re.compile(r"\n+")
 
 # Gopher's stop-word list (Rae et al. 2021, A.1.1): at least two distinct ones must occur
 # (as written, lower case, as in datatrove).
@@ -77,133 +74,6 @@ def split_into_words(text: str) -> list[str]:
     """Words and punctuation marks of ``text``
     (:func:`tokenmill.pipeline.document.words.split_words`)."""
     return split_words(text)
-
-
-def _split_lines(text: str) -> list[str]:
-    """``re.split(r"\n+", text)`` of a non-empty text, without the regex: the non-empty
-    lines, after a ``""`` if the text starts with a newline, before one if it ends so."""
-    lines = [ln for ln in text.split("\n") if ln]
-    if text[0] == "\n":
-        lines.insert(0, "")
-    if text[-1] == "\n":
-        lines.append("")
-    return lines
-
-
-def _find_duplicates(items: Sequence[str]) -> tuple[int, int]:
-    """(number of repeated elements, characters in them), first occurrences excluded
-    (Gopher / datatrove ``find_duplicates``)."""
-    distinct = dict.fromkeys(items)  # equal items have equal lengths
-    return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
-
-
-def _top_ngram_chars(words: Sequence[str], n: int) -> int:
-    """Characters covered by the most frequent word n-gram (len * count; when every n-gram
-    is unique, the first one: Gopher's "most frequent n-gram", as datatrove counts it).
-    0 when the text has fewer than n words.
-    Pure-Python reference of :func:`_ngram_stats`."""
-    grams = Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
-    if not grams:
-        return 0
-    gram, count = grams.most_common(1)[0]
-    return len(gram) * count
-
-
-def _dup_ngram_chars(words: Sequence[str], n: int) -> int:
-    """Characters in duplicated word n-grams, non-overlapping (datatrove
-    ``find_all_duplicate``: after a repeat, skip past it). Pure-Python reference of
-    :func:`_ngram_stats` (which compares n-grams word by word, where datatrove compares the
-    words concatenated without separator)."""
-    seen: set[str] = set()
-    chars = 0
-    i = 0
-    last = len(words) - n + 1
-    while i < last:
-        gram = "".join(words[i:i + n])
-        if gram in seen:
-            chars += len(gram)
-            i += n
-        else:
-            seen.add(gram)
-            i += 1
-    return chars
-
-
-@numba.njit(cache=True)
-def _gram_groups(wh, n):
-    """Word n-grams as dense ids: (int64[m] id per start position, int64[k] first position
-    of each id, int64[k] count of each id), m = len(wh) - n + 1, ids numbered in order of
-    first occurrence. n-grams are compared by a 64-bit hash of their word hashes (a
-    collision needs ~2^32 distinct n-grams), grouped in an open-addressing hash table."""
-    m = wh.shape[0] - n + 1
-    h = wh[:m].copy()
-    for k in range(1, n):
-        for i in range(m):
-            h[i] = (h[i] * np.int64(1000003)) ^ wh[i + k]
-    bits = 1
-    while (1 << bits) < 2 * m:
-        bits += 1
-    mask = np.uint64((1 << bits) - 1)
-    slot_key = np.empty(1 << bits, np.int64)
-    slot_id = np.full(1 << bits, -1, np.int64)
-    ids = np.empty(m, np.int64)
-    first = np.empty(m, np.int64)
-    counts = np.zeros(m, np.int64)
-    g = 0
-    for i in range(m):
-        key = h[i]
-        s = (np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
-        while slot_id[s] != -1 and slot_key[s] != key:
-            s = (s + np.uint64(1)) & mask
-        if slot_id[s] == -1:
-            slot_id[s] = g
-            slot_key[s] = key
-            first[g] = i
-            g += 1
-        ids[i] = slot_id[s]
-        counts[slot_id[s]] += 1
-    return ids, first[:g], counts[:g]
-
-
-@numba.njit(cache=True)
-def _ngram_stats(wh, wl, top_ns, dup_ns):
-    """Gopher repetition statistics over word hashes ``wh`` (int64) and word lengths
-    ``wl`` (int64, characters): for each n in ``top_ns`` the characters of the most
-    frequent n-gram times its count (``" "``-joined length; 0 if there is none; ties go
-    to the first seen), and for each n in ``dup_ns`` the characters in repeated n-grams,
-    skipping past each repeat (datatrove ``find_all_duplicate``). Returns (int64[len(top_ns)],
-    int64[len(dup_ns)])."""
-    nw = wh.shape[0]
-    csum = np.zeros(nw + 1, np.int64)
-    for i in range(nw):
-        csum[i + 1] = csum[i] + wl[i]
-    top = np.zeros(top_ns.shape[0], np.int64)
-    for t in range(top_ns.shape[0]):
-        n = top_ns[t]
-        if nw - n + 1 <= 0:
-            continue
-        _, first, counts = _gram_groups(wh, n)
-        best_c, best_i = 0, 0
-        for g in range(counts.shape[0]):
-            if counts[g] > best_c or (counts[g] == best_c and first[g] < best_i):
-                best_c, best_i = counts[g], first[g]
-        top[t] = (csum[best_i + n] - csum[best_i] + n - 1) * best_c
-    dup = np.zeros(dup_ns.shape[0], np.int64)
-    for t in range(dup_ns.shape[0]):
-        n = dup_ns[t]
-        if nw - n + 1 <= 0:
-            continue
-        ids, first, _ = _gram_groups(wh, n)
-        seen = np.zeros(first.shape[0], np.bool_)
-        i = 0
-        while i < nw - n + 1:  # after a repeat, skip past it
-            if seen[ids[i]]:
-                dup[t] += csum[i + n] - csum[i]
-                i += n
-            else:
-                seen[ids[i]] = True
-                i += 1
-    return top, dup
 
 
 class GopherQualityFilter(DocumentFilter):
@@ -304,7 +174,7 @@ class GopherRepetitionFilter(DocumentFilter):
     characters for n = 2, 3, 4 (``top_n_grams``: 0.20, 0.18, 0.16; reason ``top_<n>_gram``)
     and characters in duplicated n-grams for n = 5..10 (``dup_n_grams``: 0.15 .. 0.10;
     reason ``dup_<n>_gram``). Character fractions are of ``len(text)``. The n-gram counts
-    run in numba (:func:`_ngram_stats`) over per-word hashes.
+    run in numba (:func:`~.repetition.ngram_stats`) over per-word hashes.
     """
 
     name = "gopher_repetition"
@@ -337,19 +207,18 @@ class GopherRepetitionFilter(DocumentFilter):
             return "gopher_repetition:empty"
         n_chars = len(text)
         record = self.measures.record
-        for part, items in (("para", _PARA_SPLIT.split(text.strip())),
-                            ("line", _split_lines(text))):
-            n_dup, dup_chars = _find_duplicates(items)
-            if c[f"dup_{part}_frac"] is not None and items:
-                record(f"gopher_repetition:dup_{part}_frac", n_dup / len(items))
-                if n_dup / len(items) > c[f"dup_{part}_frac"]:
+        tw = analysis.analyze(text)
+        for part in ("para", "line"):
+            n_items, n_dup, dup_chars, _, _ = duplicates(tw.code_points, part)
+            if c[f"dup_{part}_frac"] is not None and n_items:
+                record(f"gopher_repetition:dup_{part}_frac", n_dup / n_items)
+                if n_dup / n_items > c[f"dup_{part}_frac"]:
                     return f"gopher_repetition:dup_{part}_frac"
             if c[f"dup_{part}_char_frac"] is not None:
                 record(f"gopher_repetition:dup_{part}_char_frac", dup_chars / n_chars)
                 if dup_chars / n_chars > c[f"dup_{part}_char_frac"]:
                     return f"gopher_repetition:dup_{part}_char_frac"
-        tw = analysis.analyze(text)
-        top, dup = _ngram_stats(tw.word_hash, tw.word_len, self._top_n, self._dup_n)
+        top, dup = ngram_stats(tw.word_hash, tw.word_len, self._top_n, self._dup_n)
         if len(top):
             record("gopher_repetition:top_n_gram", top[0] / n_chars)
         if len(dup):  # reached only by the documents every top n-gram rule kept
@@ -424,8 +293,8 @@ class C4QualityFilter(DocumentFilter):
             why = self._lines(lines, kept, spans, cited)
         if why is not None:
             return why
+        at = np.array(spans, np.int64)
         if c["split_paragraph"]:
-            at = np.array(spans, np.int64)
             n_sent = analysis.analyze(doc.text).sentences(at[0::2], at[1::2])
             for line in cited:
                 tw = analysis.split_text(line)
@@ -436,7 +305,11 @@ class C4QualityFilter(DocumentFilter):
         if c["min_num_sentences"] != -1 and n_sent < c["min_num_sentences"]:
             return "c4:too_few_sentences"
         if c["modify_text"]:
-            doc.text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
+            text = ("\n" if c["split_paragraph"] else " ").join(kept).strip()
+            if self._fast and not cited:  # the next filters read its words unsplit
+                analysis.remember_joined(text, analysis.analyze(doc.text), at[0::2],
+                                         at[1::2])
+            doc.text = text
         return None
 
     def _kernel_lines(self, text: str, kept: list[str], spans: list[int],
@@ -580,28 +453,38 @@ class FineWebQualityFilter(DocumentFilter):
         super().__init__(**cfg)
         self.c = cfg
         self.stop_chars = tuple(stop_chars) if stop_chars is not None else TERMINAL_PUNCTUATION
+        # the sentence terminals: read from the code point flags in numba
+        self._terminals = set(self.stop_chars) == set(TERMINAL_PUNCTUATION)
         self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        lines = [ln for ln in text.split("\n") if ln and not ln.isspace()]
-        if not lines:
+        tw = analysis.analyze(text)
+        n_lines, _, dup_chars, starts, ends = duplicates(tw.code_points, "nonblank")
+        if not n_lines:
             return "fineweb:empty"
         record = self.measures.record
-        ratio = sum(map(str.endswith, lines, repeat(self.stop_chars))) / len(lines)
+        if self._terminals:
+            n_term, n_short = line_ends_counts(tw.code_points, analysis.FLAGS, starts, ends,
+                                               c["short_line_length"])
+        else:
+            lines = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+            n_term = sum(map(str.endswith, lines, repeat(self.stop_chars)))
+            n_short = sum(map(c["short_line_length"].__ge__, map(len, lines)))
+        ratio = n_term / n_lines
         record("fineweb:line_punct_ratio", ratio)
         if ratio < c["line_punct_thr"] and not (ratio == 0 and c["line_punct_exclude_zero"]):
             return "fineweb:line_punct_ratio"
-        ratio = sum(map(c["short_line_length"].__ge__, map(len, lines))) / len(lines)
+        ratio = n_short / n_lines
         record("fineweb:short_line_ratio", ratio)
         if ratio > c["short_line_thr"]:
             return "fineweb:short_line_ratio"
-        ratio = _find_duplicates(lines)[1] / max(1, len(text) - text.count("\n"))
+        ratio = dup_chars / max(1, len(text) - text.count("\n"))
         record("fineweb:char_dup_ratio", ratio)
         if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
-        n_words = int(analysis.analyze(text).totals[analysis.N_WORDS])
+        n_words = int(tw.totals[analysis.N_WORDS])
         if n_words:
             record("fineweb:list_ratio", text.count("\n") / n_words)
         if n_words and text.count("\n") / n_words > c["new_line_ratio"]:

@@ -142,6 +142,8 @@ ABBREVIATIONS: frozenset[str] = _ABBREVIATIONS
 #: a chunk by the affix rules; apostrophes left out (they start clitics like ``'s``)
 PREFIX_MARKS: frozenset[str] = frozenset(_PUNCT + _QUOTES + _CURRENCY) - {"'", "’"}
 SUFFIX_MARKS: frozenset[str] = frozenset(_PUNCT + _QUOTES) - {"'", "’"}
+#: the units split off after a number (``16GB`` → ``16 GB``)
+UNIT_WORDS: frozenset[str] = frozenset(_UNITS.replace("\\.", ".").split("|"))
 
 _CACHE: dict[str, tuple[str, ...]] = {}
 _STATS: dict[str, tuple[int, int, int, int]] = {}
