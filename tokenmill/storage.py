@@ -154,6 +154,9 @@ def _why(url: str, e: BaseException) -> str:
     if denied:
         return "access denied (the credentials in the environment may not do this)"
     if isinstance(e, FileNotFoundError):
+        cause = e.__cause__  # fsspec's HTTP client says "not found" when it cannot connect
+        if cause is not None and not isinstance(cause, FileNotFoundError):
+            return f"{type(cause).__name__}: {' '.join(str(cause).split())[:200]}"
         return "not found"
     first = text.split(". Detail:")[0][:200]
     return f"{type(e).__name__}: {first}"

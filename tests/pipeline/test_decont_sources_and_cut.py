@@ -9,6 +9,7 @@ import functools
 import http.server
 import io
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -270,3 +271,17 @@ def test_every_word_is_placed_on_the_characters_it_comes_from():
         words, spans = word_spans(text)
         assert all(w in simplify_text(text[s:e]) for w, (s, e) in zip(words, spans,
                                                                        strict=True)), text
+
+
+def test_an_unreachable_eval_set_url_is_one_line_naming_why(tmp_path, hosts):
+    """A host that refuses the connection is named as such (not "not found"); the eval
+    sets are read before Ray starts, so this takes no cluster start."""
+    _source(tmp_path, hosts[:2])
+    with socket.socket() as s:  # a loopback port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/bench.jsonl"
+    r = _run(tmp_path, f"    - {{name: bench, path: '{url}'}}\n")
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and url in line and "Cannot connect" in line, line

@@ -186,11 +186,15 @@ def run_datamix(
     out = storage.normalize(cfg.output_dir)  # a local folder or an object-store URL
     plan = plan_units(cfg, sources)
     stats = RunStats.empty()
-    stats.phases["plan"] = time.perf_counter() - t0
-    with output_lock(out), ray_session(ray_address, num_cpus):
-        stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
-        stats.cpus = cluster_cpus()
-        return _execute(cfg, tok, sources, plan, out, progress, t0, stats)
+    with output_lock(out):
+        for sc in cfg.sources:  # the stages' inputs (eval sets, models, lists) are read
+            for scope in ("document", "global"):  # and refused before Ray starts
+                stage_list.calls(cfg, sc, scope)
+        stats.phases["plan"] = time.perf_counter() - t0
+        with ray_session(ray_address, num_cpus):
+            stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
+            stats.cpus = cluster_cpus()
+            return _execute(cfg, tok, sources, plan, out, progress, t0, stats)
 
 
 def tokenizer_change(cfg: DatamixConfig) -> str | None:
