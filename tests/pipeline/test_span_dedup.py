@@ -4,10 +4,12 @@ finder, filter) on the shared corpora, and ``tokenmill run`` with the stage on.
 
 Classes of difference from datatrove, and why:
 
-* *Edges*: datatrove joins the kept sentences and strips the result's start, and drops
-  what follows the last sentence of a changed document; tokenmill cuts only the repeated
-  units (with the whitespace that joined them), so a document's leading and trailing
-  whitespace may stay. The comparison strips both texts.
+* *Edges*: datatrove joins the kept units and strips the result's start, drops what
+  follows the last sentence (a space at most) of a changed document, and in paragraph
+  mode its final ``\\n``; tokenmill cuts only the repeated units (with the whitespace
+  that joined them, and after a cut at the start the whitespace datatrove strips), so a
+  changed document's own leading whitespace and final space or ``\\n`` stay. The
+  comparison strips both texts; the minimums are judged on datatrove's form of the text.
 * *Sentence boundaries*: tokenmill splits words with its own re-implementation of spaCy's
   English rules (:mod:`tokenmill.pipeline.document.words`, spaCy is not a dependency), so
   a period is now and then split off where spaCy keeps it (``™.``, ``$290m.``) or the
@@ -317,3 +319,29 @@ def test_run_paragraph_mode(tmp_path):
     assert r.returncode == 0, r.stderr
     edits, removed = _check(out, "paragraphs", 1, min_doc_words=0, min_num_sentences=0)
     assert edits and not removed
+
+
+@pytest.mark.slow
+def test_run_with_substring_dedup_cuts_each_span_once(tmp_path):
+    """Both global cutting stages on: span dedup leaves out what substring dedup cut, and
+    every edited document is rebuilt from its shard text plus both stages' records."""
+    _write_corpus(tmp_path / "data")
+    out = tmp_path / "out"
+    span = "{mode: paragraphs, min_doc_words: 0, min_num_sentences: 0}"
+    r = _run(["run", str(_mix(tmp_path, span, "substring_dedup: {min_tokens: 20, scope: all}")),
+              "-q", "-o", str(out)])
+    assert r.returncode == 0, r.stderr
+    manifest, rows, tokens = run_outputs(out)
+    texts = dict(stage_input(out, ["a", "b"], set()))
+    cuts: dict[str, list] = {}
+    for row in rows:
+        if row["stage"] in ("substring_dedup", "span_dedup") and ":edit:" in row["reason"]:
+            cuts.setdefault(row["key"], []).append(
+                json.loads(row["detail"]) | {"text": row["text"], "stage": row["stage"]})
+    both = [k for k, recs in cuts.items() if len({c["stage"] for c in recs}) == 2]
+    assert both and manifest["span_dedup"]["documents_edited"]
+    enc = get_encoding("gpt2")
+    for key, recs in cuts.items():
+        recs.sort(key=lambda c: c["start"])
+        assert all(a["end"] <= b["start"] for a, b in zip(recs[:-1], recs[1:], strict=True)), key
+        assert rebuild(enc.decode(tokens[key].tolist()), recs) == texts[key], key

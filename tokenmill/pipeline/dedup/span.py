@@ -101,6 +101,8 @@ class SpanDedup(GlobalStage):
         """The map, reduce and cut phases; the removals of ``ctx.earlier`` and its own,
         and its own edits."""
         run = Shuffle.of(ctx)
+        if not ctx.blocks:
+            return GlobalDecision(run.earlier, self.record([], []))
         fp, parts = self.fingerprint(), ctx.parts
         maps = [tasks.MapTask(run, i, d, content_hash("span_map", tasks.VERSION, fp, parts, d,
                                                       i, run.earlier))
