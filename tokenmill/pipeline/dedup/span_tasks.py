@@ -127,11 +127,13 @@ class CutRule:
     min_num_sentences: int
     filters: dict[str, Any]
 
-    def why_removed(self, key: str, text: str) -> str | None:
-        """Why the cut ``text`` is removed (:func:`~.span_units.too_short`, then the
+    def why_removed(self, key: str, text: str, cuts: list[tuple[int, int]]) -> str | None:
+        """Why ``text`` less ``cuts`` is removed (:func:`~.span_units.too_short`, then the
         length filter), or ``None``."""
-        why = units.too_short(text, self.mode, self.min_doc_words, self.min_num_sentences)
-        return why or LengthFilter(**self.filters).reason(Document(key, _source(key), text))
+        why = units.too_short(text, cuts, self.mode, self.min_doc_words,
+                              self.min_num_sentences)
+        kept = Document(key, _source(key), units.apply_cuts(text, cuts))
+        return why or LengthFilter(**self.filters).reason(kept)
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ def _block_cuts(task: CutTask, b: int, digest: str, removals: list, edits: list,
         if not cuts:
             continue
         c = by_source.setdefault(_source(key), Counter())
-        why = rule.why_removed(key, units.apply_cuts(text, union(cuts, taken)))
+        why = rule.why_removed(key, text, union(cuts, taken))
         if why is not None:
             c["documents_removed"] += 1
             c["chars_removed"] += len(text)

@@ -192,19 +192,21 @@ def apply_cuts(text: str, cuts: Sequence[tuple[int, int]]) -> str:
     return "".join(pieces)
 
 
-def too_short(text: str, mode: str, min_doc_words: int, min_num_sentences: int
-              ) -> str | None:
-    """Why a cut document is removed (datatrove's rule), or ``None``: ``empty``, or
-    ``too_few_words (W < min)`` (words of spaCy's English rules), or
-    ``too_few_sentences (S < min)`` (sentencizer sentences, at least one, counted as
-    datatrove counts them on its joined units: without the leading whitespace and, in
-    paragraph mode, without a final ``\\n``); a minimum ``<= 0`` is not checked."""
-    joined = text.lstrip()
+def too_short(text: str, cuts: Sequence[tuple[int, int]], mode: str, min_doc_words: int,
+              min_num_sentences: int) -> str | None:
+    """Why ``text`` less ``cuts`` is removed (datatrove's rule), or ``None``: ``empty``,
+    ``too_few_words (W < min)`` (words of spaCy's English rules) or
+    ``too_few_sentences (S < min)`` (sentencizer sentences, at least one), judged on the
+    text as datatrove's filter leaves it: the kept units joined, the start stripped (in
+    paragraph mode without the ``\\n`` that ended a kept last line); a minimum ``<= 0``
+    is not checked."""
+    joined = apply_cuts(text, cuts).lstrip()
     if not joined:
         return "empty"
     if min_doc_words > 0 and (w := len(split_words(joined))) < min_doc_words:
         return f"too_few_words ({w} < {min_doc_words})"
-    if mode == "paragraphs" and joined.endswith("\n"):
+    if mode == "paragraphs" and text.endswith("\n") and joined.endswith("\n") \
+            and not (cuts and cuts[-1][1] == len(text)):
         joined = joined[:-1]
     if min_num_sentences > 0 and \
             (s := max(1, len(sentence_spans(joined)))) < min_num_sentences:
@@ -229,7 +231,7 @@ def dedup_texts(texts: Sequence[str], mode: str = "sentences", n: int = 3,
                 repeated.append(s)
             seen.add(k)
         cuts = cut_spans(text, bounds, np.asarray(repeated, np.int64), n, mode)
-        why = too_short(apply_cuts(text, cuts), mode, min_doc_words, min_num_sentences) \
+        why = too_short(text, cuts, mode, min_doc_words, min_num_sentences) \
             if cuts else None
         out.append(([], why) if why else (cuts, None))
     return out
