@@ -64,7 +64,7 @@ def test_everything_is_derived_from_the_one_stage_list(tmp_path):
                         quality={n: {} for n in ("gopher_quality", "gopher_repetition", "c4",
                                                  "fineweb")},
                         language={}, fuzzy_dedup={}, url_filter={}, pii={},
-                        substring_dedup={},
+                        substring_dedup={}, span_dedup={},
                         classifier={"model": str(model), "label": "hq", "top_fraction": 0.5},
                         output_dir=str(tmp_path),
                         decontamination={"eval_sets": [{"name": "e", "path": str(evals)}]})

@@ -183,6 +183,11 @@ class DatamixManifest(_Model):
         "and counts, in all and per source (tokens_in, tokens_removed, spans, "
         "documents_edited, documents_removed; tokens in its own tokenization, before the "
         "cut documents are tokenized again), when it ran")
+    span_dedup: dict[str, Any] | None = Field(
+        default=None, description="sentence-span or paragraph dedup's parameters (mode, "
+        "window, min_doc_words, min_num_sentences) and counts, in all and per source "
+        "(documents_in, windows, documents_edited, documents_removed, spans, "
+        "chars_removed), when it ran")
     warnings: list[CurationWarning] = Field(
         default_factory=list, description="outcomes a user must not miss, in source order")
 

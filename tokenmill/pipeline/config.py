@@ -338,6 +338,25 @@ class SubstringDedupConfig(_Model):
         "each, about 13 bytes of memory per token); how the work is cut, not what is cut")
 
 
+class SpanDedupConfig(_Model):
+    """Sentence-span or paragraph dedup, after document-level dedup: every window of
+    consecutive sentences (datatrove's ``SentenceDedup``, C4's three-sentence spans) or
+    paragraphs (Dolma's paragraph dedup) seen earlier in the datamix's document order is
+    cut from the later documents; a cut document left too short is removed."""
+
+    mode: Literal["sentences", "paragraphs"] = Field(
+        default="sentences", description="sentences: spaCy's English sentencizer rules "
+        "(datatrove's); paragraphs: lines split at newlines (Dolma's)")
+    n_sentences: int = Field(default=3, ge=1, description="sentences per window (mode "
+                             "sentences; datatrove's and C4's 3)")
+    n_paragraphs: int = Field(default=1, ge=1, description="paragraphs per window (mode "
+                              "paragraphs; Dolma's 1: exact paragraph repeats)")
+    min_doc_words: int = Field(default=50, ge=0, description="a cut document with fewer "
+                               "words is removed (0: not checked)")
+    min_num_sentences: int = Field(default=3, ge=0, description="a cut document with fewer "
+                                   "sentences is removed (0: not checked)")
+
+
 class EvalSetConfig(_Model):
     """One evaluation set the training documents are checked against, one example per
     row: a jsonl or parquet file (local, or any URL fsspec opens), or a Hub dataset's
@@ -526,6 +545,9 @@ class DatamixConfig(_Model):
     substring_dedup: SubstringDedupConfig | None = Field(
         default=None,
         description="cutting of repeated token spans (exact-substring dedup); none: off")
+    span_dedup: SpanDedupConfig | None = Field(
+        default=None,
+        description="cutting of repeated sentence spans or paragraphs; none: off")
     shards: ShardConfig = Field(
         default_factory=ShardConfig,
         description="shard size and the validation split")

@@ -224,6 +224,8 @@ class GlobalContext:
         parts: hash partitions of the decision (the datamix's ``dedup.partitions``).
         progress: show progress bars.
         earlier: the decision of the global stages before this one (None: it is the first).
+        edits: the edit files of every global stage before this one (their
+            :attr:`GlobalDecision.edits`, in stage order).
     """
 
     work: str
@@ -232,6 +234,7 @@ class GlobalContext:
     parts: int
     progress: bool = False
     earlier: GlobalDecision | None = None
+    edits: tuple[str, ...] = ()
 
 
 class GlobalStage(Configured):

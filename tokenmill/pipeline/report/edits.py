@@ -6,7 +6,9 @@ token counts before and after each stage that records them in the manifest
 An edited document is rebuilt as it entered its last cutting stage: its text in the
 shards (the tokens after the leading EOT, decoded) with each of that stage's cut spans
 inserted back at its ``start`` (character offsets in the text the stage saw), in order of
-``start`` (:func:`rebuild`); those spans are then marked (``<del>``). Cut records are the
+``start`` (:func:`rebuild`); those spans are then marked (``<del>``). The global stages
+(``substring_dedup``, ``span_dedup``) all cut the prepared text, so their spans are
+inserted back together. Cut records are the
 edit records whose ``detail`` has ``token_start`` (a global stage's cut) or an empty
 ``replacement`` (decontamination's cut); replacements (PII's) are not cuts.
 """
@@ -49,7 +51,8 @@ def edit_records(quarantine) -> dict[str, list[dict[str, Any]]]:
             continue
         out.setdefault(cols["key"][i], []).append(
             {"stage": cols["stage"][i], "reason": reason, "text": texts[i].as_py() or "",
-             "start": int(where["start"]), "end": int(where.get("end", where["start"]))})
+             "start": int(where["start"]), "end": int(where.get("end", where["start"])),
+             "prepared": "token_start" in where})
     for recs in out.values():
         recs.sort(key=lambda r: r["start"])
     return out
@@ -134,7 +137,9 @@ def edits_html(out: Path, manifest: DatamixManifest, quarantine, decode, table) 
         if key not in kept:
             continue  # removed by a later step: its quarantine row has the whole text
         last = max((r["stage"] for r in records[key]), key=lambda n: order.get(n, -1))
-        recs = [r for r in records[key] if r["stage"] == last]
+        # the global stages all cut the prepared text: their spans are undone together
+        prepared = any(r["prepared"] for r in records[key] if r["stage"] == last)
+        recs = [r for r in records[key] if r["stage"] == last or (prepared and r["prepared"])]
         reasons = ", ".join(sorted({r["reason"] for r in recs}))
         parts.append(f"<div><code>{html.escape(key)}</code> · {html.escape(reasons)} · "
                      f"{len(recs)} spans</div><pre>{_marked(rebuild(kept[key], recs), recs)}"

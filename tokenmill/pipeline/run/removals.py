@@ -177,7 +177,7 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     for stage in stages:
         clock = _cpu_clock()
         decision = stage.decide(GlobalContext(work, prepare_work, tuple(blocks), parts,
-                                              progress, decision))
+                                              progress, decision, edits))
         cpu[stage.name] = _cpu_clock() - clock
         edits += decision.edits
         if decision.record is not None:

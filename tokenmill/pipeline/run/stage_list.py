@@ -43,6 +43,7 @@ from tokenmill import objectcache, storage
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.dedup.exact import ExactDedup
 from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+from tokenmill.pipeline.dedup.span import SpanDedup
 from tokenmill.pipeline.dedup.substring import SubstringDedup
 from tokenmill.pipeline.document.classifier import ClassifierFilter
 from tokenmill.pipeline.document.classifier_top import ClassifierTopFraction
@@ -211,6 +212,15 @@ def _substring(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
             "filters": cfg.filters.model_dump()}
 
 
+def _span(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any] | None:
+    sd = cfg.span_dedup
+    if sd is None:
+        return None
+    window = sd.n_sentences if sd.mode == "sentences" else sd.n_paragraphs
+    return {"mode": sd.mode, "window": window, "min_doc_words": sd.min_doc_words,
+            "min_num_sentences": sd.min_num_sentences, "filters": cfg.filters.model_dump()}
+
+
 def _shards(cfg: DatamixConfig, src: SourceConfig) -> dict[str, Any]:
     sh = cfg.shards
     return {"tokens_per_shard": sh.tokens_per_shard, "val_fraction": sh.val_fraction,
@@ -250,6 +260,8 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,
              counts="filtered"),
     StageDef("substring_dedup", "global", SubstringDedup, _substring, counts="filtered"),
+    # last: it leaves out what substring_dedup's edits cut (both see the prepared text)
+    StageDef("span_dedup", "global", SpanDedup, _span, counts="filtered"),
     StageDef("tokenize", "block", Tokenize,
              lambda c, s: {"tokenizer": c.tokenizer_for_stage(),
                           "val_fraction": c.shards.val_fraction},
