@@ -256,7 +256,8 @@ def test_setup_checks_the_shards_once_and_side_inputs_share_one_interface(mix, s
     hashed: list[int] = []
     mismatches = verify._mismatches
     monkeypatch.setattr(verify, "_mismatches",
-                        lambda shards: hashed.append(len(shards)) or mismatches(shards))
+                        lambda shards, *rest: hashed.append(len(shards))
+                        or mismatches(shards, *rest))
     cfg = _cfg(mix, side.parent / "once", seq_len=SEQ, batch_size=BATCH, steps=2, lem=True,
                lem_features=str(side), val_every=2, val_tokens=256)
     run = T.setup(cfg)
