@@ -20,6 +20,11 @@ BASE = "name: x\ntokenizer: gpt2\nsources: [{name: a, path: a, license: mit}]\n"
     ("filters: {min_chars: -1}", "filters.min_chars"),
     ("filters: {min_chars: 100, max_chars: 10}", "min_chars 100 > max_chars 10"),
     ("language: {min_score: 2}", "language.min_score"),
+    # a value of another type is refused, not converted (`true` is not 1, "50" not 50)
+    ("decontamination: {eval_sets: [{name: e, path: e.jsonl}], n: true}",
+     "decontamination.n"),
+    ("substring_dedup: {min_tokens: '50'}", "substring_dedup.min_tokens"),
+    ("fuzzy_dedup: {num_perm: 128.0}", "fuzzy_dedup.num_perm"),
 ])
 def test_impossible_values_are_refused_on_read(tmp_path: Path, extra: str, field: str) -> None:
     spec = tmp_path / "mix.yaml"
@@ -44,3 +49,18 @@ def test_a_file_that_is_not_a_shard_says_so(tmp_path: Path) -> None:
     np.array([1162628436] + [0] * 255, np.int32).tofile(path)
     with pytest.raises(ShardError, match=r"not a token shard: .* magic number 20240520"):
         read_header(path)
+
+
+def test_a_value_of_another_type_through_the_command(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(BASE + "substring_dedup: {min_tokens: true}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "tokenmill.cli", "run", str(spec), "-o",
+                           str(tmp_path / "out"), "--data-root", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "substring_dedup.min_tokens: expected a valid integer, got True" in done.stderr

@@ -55,7 +55,7 @@ DEFAULT_DOCUMENT_DENY = ("nc", "nd")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `n: true` is not 1
 
 
 class LicenseConfig(_Model):
