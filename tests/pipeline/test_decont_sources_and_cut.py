@@ -285,3 +285,20 @@ def test_an_unreachable_eval_set_url_is_one_line_naming_why(tmp_path, hosts):
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip()
     assert "\n" not in line and url in line and "Cannot connect" in line, line
+
+
+@pytest.mark.parametrize("rows, why", [
+    ("", "no examples"),
+    ('{"answer": "far too short to match"}\n', "none of its 1 examples has 12 words"),
+])
+def test_an_eval_set_that_can_match_nothing_is_refused(tmp_path, hosts, rows, why):
+    """An empty eval set, or one whose every example is shorter than n words, would make
+    the stage a silent no-op: the run stops in one line naming the set."""
+    _source(tmp_path, hosts[:2])
+    (tmp_path / "ev.jsonl").write_text(rows)
+    r = _run(tmp_path, "    - {name: ev, path: ev.jsonl}\n")
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.endswith(why + ", so none can match (decontamination.n)"
+                                              if "none" in why else why), line
+    assert "eval set ev (ev.jsonl)" in line

@@ -192,6 +192,16 @@ def examples(es: dict[str, Any], root: str | None,
             yield ex_id, _labels(rec[es["answer_field"]], path, row), query
 
 
+def _refuse_empty(es: dict[str, Any], examples: int, ngrams: int, n: int) -> None:
+    """An eval set that can match nothing would make the stage a silent no-op."""
+    what = es.get("path") or es.get("hub")
+    if examples == 0:
+        raise ValueError(f"eval set {es['name']} ({what}): no examples")
+    if ngrams == 0:
+        raise ValueError(f"eval set {es['name']} ({what}): none of its {examples:,} "
+                         f"examples has {n} words, so none can match (decontamination.n)")
+
+
 def _build(decont: dict[str, Any], root: str | None, folder: Path,
            downloads: str | os.PathLike | None) -> None:
     hashes, owners = array("Q"), array("I")  # 8 + 4 bytes an n-gram, not Python ints
@@ -199,11 +209,14 @@ def _build(decont: dict[str, Any], root: str | None, folder: Path,
     rules = (decont["n"], decont["query_ngrams"], decont["overlap_ngrams"])
     h64 = xxhash.xxh64_intdigest
     for es in decont["eval_sets"]:
+        count, before = 0, len(hashes)
         for ex_id, labels, query in examples(es, root, downloads):
             grams = [g for label in labels for g in example_ngrams(label, query, *rules)]
             hashes.extend(h64(g.encode()) for g in grams)
             owners.extend(itertools.repeat(len(names), len(grams)))
             names.append([es["name"], ex_id])
+            count += 1
+        _refuse_empty(es, count, len(hashes) - before, decont["n"])
     h = np.frombuffer(hashes, dtype=np.uint64)
     o = np.frombuffer(owners, dtype=np.uint32)
     order = np.lexsort((o, h))  # by hash, then the first example
