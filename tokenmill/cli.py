@@ -18,6 +18,7 @@ from tokenmill.failures import causes, failure_line
 from tokenmill.manifests import commands as manifests_commands
 from tokenmill.ngram import commands as ngram_commands
 from tokenmill.pipeline import commands as pipeline_commands
+from tokenmill.storage import redact
 from tokenmill.tokenizers import commands as tokenizers_commands
 from tokenmill.train import commands as train_commands
 
@@ -40,7 +41,41 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="the command to run")
     for module in _COMMAND_MODULES:
         module.add_commands(sub)
+    _name_commands(parser, "")
     return parser
+
+
+def _name_commands(parser: argparse.ArgumentParser, path: str) -> None:
+    """Give every leaf command its path (``"shards export"``) as ``args.command_path``."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        parser.set_defaults(command_path=path)
+    for action in subs:
+        for name, child in action.choices.items():
+            _name_commands(child, f"{path} {name}".strip())
+
+
+#: The arguments that name a file or folder; of those, the ones that may be a URL
+#: (``s3://``, ``gs://``, ``hf://``) besides a local path, by command.
+PATH_ARGUMENTS = frozenset({"datamix", "data_root", "output", "fallback", "output_dir",
+                            "positive", "negative", "manifest", "shard", "tokenizer", "spec",
+                            "dir", "mix", "encoding", "table", "index", "out", "config"})
+URL_ARGUMENTS = {"run": {"data_root", "output"}, "shards export": {"manifest", "output"},
+                 "mix build": {"spec", "output"}, "ngram build": {"manifest", "out"},
+                 "legality build": {"output"}}
+
+
+def url_refusal(args: argparse.Namespace) -> str | None:
+    """One line when a path argument of this command is a URL the command cannot use
+    (it would otherwise be read or written as a local folder named ``s3:``)."""
+    command = getattr(args, "command_path", "")
+    for dest in sorted(PATH_ARGUMENTS - URL_ARGUMENTS.get(command, set())):
+        value = getattr(args, dest, None)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and "://" in v and not v.startswith("file://"):
+                return (f"{redact(v)}: `tokenmill {command}` takes a local path here, not a "
+                        "URL (see docs/cluster.md for the commands that read and write URLs)")
+    return None
 
 
 def _validation_error(e: BaseException) -> ValidationError | None:
@@ -90,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     parser = build_parser()
     args = parser.parse_args(argv)
+    refused = url_refusal(args)
+    if refused is not None:
+        print(f"tokenmill: {refused}", file=sys.stderr)
+        return 2
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

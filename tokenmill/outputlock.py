@@ -75,7 +75,7 @@ def _describe(holder: dict, path: Path) -> str:
 def _me() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "start": _start_time(os.getpid()),
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(["tokenmill", *sys.argv[1:]])[:300]}
+            "command": storage.redact(" ".join(["tokenmill", *sys.argv[1:]]))[:300]}
 
 
 def _try_create(path: Path) -> bool:

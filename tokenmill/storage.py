@@ -30,6 +30,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -110,17 +111,42 @@ def _filesystem(scheme: str) -> Any:
             if region:
                 kw["region"] = region
             return ArrowFSWrapper(pafs.S3FileSystem(**kw))
-        return ArrowFSWrapper(pafs.GcsFileSystem())
+        # without a limit the client retries for many minutes when it finds no
+        # credentials (a machine outside Google Cloud), silently
+        return ArrowFSWrapper(pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=30)))
     return fsspec.filesystem(scheme)
 
 
 def split(url: str) -> tuple[Any, str]:
-    """``(fsspec file system, path in it)`` of ``url`` (``bucket/key`` for S3 and GCS)."""
+    """``(fsspec file system, path in it)`` of ``url`` (``bucket/key`` for S3 and GCS).
+
+    Raises:
+        StorageError: credentials written in the URL (``s3://KEY:SECRET@bucket``: they
+            would end up in logs and job records), or a ``gs://`` URL on a machine that
+            says it is not on Google Cloud (``NO_GCE_CHECK=true``) with no credentials.
+    """
     scheme, _, rest = url.partition("://")
-    fs = _filesystem(scheme.lower())
-    if scheme.lower() in ("s3", "s3a", "gs", "gcs"):
+    if "@" in rest.split("/", 1)[0]:
+        raise StorageError(f"{redact(url)}: credentials in a URL are not taken; give them "
+                           "in the environment (AWS_ACCESS_KEY_ID / AWS_PROFILE, "
+                           "GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN)")
+    low = scheme.lower()
+    if low in ("gs", "gcs") and _no_credentials(url) and _adc_file() is None \
+            and os.environ.get("NO_GCE_CHECK", "").lower() in ("1", "true", "yes"):
+        raise StorageError(f"{url}: no credentials for Google Cloud Storage in the "
+                           "environment (GOOGLE_APPLICATION_CREDENTIALS, or gcloud's "
+                           "application default credentials)")
+    fs = _filesystem(low)
+    if low in ("s3", "s3a", "gs", "gcs"):
         return fs, rest.rstrip("/")
     return fs, fs._strip_protocol(url).rstrip("/")
+
+
+def _adc_file() -> Path | None:
+    """gcloud's application default credentials file, when there is one."""
+    folder = os.environ.get("CLOUDSDK_CONFIG") or Path("~/.config/gcloud").expanduser()
+    path = Path(folder) / "application_default_credentials.json"
+    return path if path.is_file() else None
 
 
 def _no_credentials(url: str) -> bool:

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenmill import storage
+
 if TYPE_CHECKING:
     from tokenmill.pipeline.config import DatamixConfig
     from tokenmill.pipeline.report.plots import PlotWorkers
@@ -33,8 +35,9 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         datamix = args.fallback
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
-    print(f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer "
-          f"{tokenizer_label(cfg.tokenizer)}, data root {cfg.data_root}, output {cfg.output_dir}")
+    print(storage.redact(
+        f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer "
+        f"{tokenizer_label(cfg.tokenizer)}, data root {cfg.data_root}, output {cfg.output_dir}"))
     try:
         return _run_locked(args, cfg)
     except Exception as e:  # a full disk is named by the output folder, in one line

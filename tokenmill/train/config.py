@@ -191,6 +191,10 @@ class TrainConfig(BaseModel):
         if not isinstance(raw, dict):
             raise TrainConfigError(f"{p}: a train config is a mapping of keys to values, "
                                    f"got a {type(raw).__name__}")
+        if storage.is_url(str(raw.get("out_dir") or "")):
+            raise TrainConfigError(f"{p}: out_dir: a local folder (checkpoints and the "
+                                   f"report are written there), not a URL: "
+                                   f"{storage.redact(str(raw['out_dir']))}")
         for key in ("data", "out_dir", "legality", "lem_features", "ngram_features",
                     "ngram_val_features"):
             if (isinstance(raw.get(key), str) and not Path(raw[key]).is_absolute()
