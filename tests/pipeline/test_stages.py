@@ -58,7 +58,8 @@ def test_everything_is_derived_from_the_one_stage_list(tmp_path):
     model = tmp_path / "model.bin"
     model.write_bytes(b"not read: the stage loads its model on its first block")
     evals = tmp_path / "evals.jsonl"
-    evals.write_text('{"answer": "an answer"}\n')
+    evals.write_text('{"answer": "an answer long enough to hold one n-gram of the twelve '
+                     'words decontamination matches"}\n')
     cfg = DatamixConfig(name="x", sources=[{"name": "s", "path": "s", "url_field": "url",
                                          "document_license": "cc-attributes"}],
                         quality={n: {} for n in ("gopher_quality", "gopher_repetition", "c4",
