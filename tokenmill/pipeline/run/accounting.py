@@ -60,6 +60,12 @@ def _aggregate(blocks: list[tuple[dict, dict]]) -> tuple[int, int, dict[str, _Ag
             aggs[name].add(st)
         for name, n in t["removed"].items():
             aggs[name].add({"rejected": {name: n}})
+        # the edits of documents a global stage removed later count no more
+        for name, edits in t.get("removed_edits", {}).items():
+            extra = aggs[name].extra
+            extra.subtract(edits)
+            for what in [w for w in edits if extra[w] <= 0]:
+                del extra[what]
     return read, kept, aggs
 
 
