@@ -324,8 +324,8 @@ def test_run_paragraph_mode(tmp_path):
 @pytest.mark.slow
 def test_run_with_substring_dedup_cuts_each_span_once(tmp_path):
     """Both global cutting stages on: span dedup leaves out what substring dedup cut (and
-    makes no edit of a whitespace leftover), and
-    every edited document is rebuilt from its shard text plus both stages' records."""
+    makes no edit of a whitespace leftover), and every edited document is rebuilt from
+    its shard text plus both stages' records."""
     _write_corpus(tmp_path / "data")
     out = tmp_path / "out"
     span = "{mode: paragraphs, min_doc_words: 0, min_num_sentences: 0}"
