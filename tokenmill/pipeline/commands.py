@@ -82,6 +82,7 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
     Hub-layout text, the output paths; exit status 2 for warnings under ``--strict``."""
     from tokenmill import storage
     from tokenmill.manifests.summary import summary_table
+    from tokenmill.pipeline.run.stage_list import cut_lines
     from tokenmill.pipeline.run.staged_output import fetch_outputs, publish, publish_folder
     from tokenmill.pipeline.run.stats import STATS_NAME, stats_table
 
@@ -89,6 +90,9 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
     out = res.output or str(local)
     print()
     print(summary_table(res.manifest))
+    if cuts := cut_lines(res.edits):
+        print("\ncut from kept documents (edit records in the quarantine):")
+        print("\n".join(f"  {line}" for line in cuts))
     print()
     print(stats_table(res.stats))
     print()

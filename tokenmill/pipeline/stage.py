@@ -256,3 +256,19 @@ class GlobalStage(Configured):
     def decide(self, ctx: GlobalContext) -> GlobalDecision:  # pragma: no cover
         """The removals of this stage added to ``ctx.earlier``'s, and its manifest record."""
         raise NotImplementedError
+
+    def with_kept_edits(self, record: dict[str, Any],
+                        kept: dict[str, dict[str, int]]) -> dict[str, Any]:
+        """``record`` (this stage's manifest record) with its ``spans`` and
+        ``documents_edited``, in all and per source (``by_source``), counting only the
+        documents that every global stage kept: ``kept`` maps source -> ``{"spans",
+        "documents_edited"}`` of this stage's edits of those. A record without these
+        counters is returned as it is."""
+        if "spans" not in record or "documents_edited" not in record:
+            return record
+        names = ("spans", "documents_edited")
+        out = {**record, **{n: sum(c.get(n, 0) for c in kept.values()) for n in names}}
+        if "by_source" in record:
+            out["by_source"] = {src: {**c, **{n: kept.get(src, {}).get(n, 0) for n in names}}
+                                for src, c in record["by_source"].items()}
+        return out

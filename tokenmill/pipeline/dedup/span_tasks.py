@@ -26,7 +26,7 @@ from tokenmill.pipeline.run.removals import EDITS, REMOVALS, Shuffle, read_remov
 from tokenmill.pipeline.stage import Document
 
 #: part of every phase's content address: bump when a phase's output changes
-VERSION = 1
+VERSION = 2
 
 
 def _source(key: str) -> str:
@@ -203,6 +203,9 @@ def _block_cuts(task: CutTask, b: int, digest: str, removals: list, edits: list,
         taken = sorted(earlier.get(r, []))
         cuts = subtract(units.cut_spans(text, bounds, unit[rows == r], rule.window,
                                         rule.mode), taken)
+        # what an earlier stage's cut leaves of a run may be only the whitespace around
+        # it: kept, not an edit of its own
+        cuts = [(s, e) for s, e in cuts if not text[s:e].isspace()]
         if not cuts:
             continue
         c = by_source.setdefault(_source(key), Counter())

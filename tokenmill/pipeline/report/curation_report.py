@@ -68,7 +68,7 @@ import pyarrow.parquet as pq
 from tokenmill.atomic import atomic_write_text
 from tokenmill.manifests.schema import DatamixManifest, SourceCounts, load_manifest
 from tokenmill.manifests.summary import license_family
-from tokenmill.pipeline.report.edits import edits_html
+from tokenmill.pipeline.report.edits import edits_html, removed_keys
 from tokenmill.pipeline.report.plots import PlotSpec, PlotWorkers, render
 from tokenmill.pipeline.report.timing import stage_times_spec
 from tokenmill.pipeline.report.tuning import (
@@ -352,9 +352,13 @@ def _quarantine_rows(quarantine) -> tuple[list[dict[str, Any]], dict[str, _Examp
     raws = _column(quarantine, "raw")
     rows = []
     examples: dict[str, _Examples] = {}
+    removed = removed_keys(quarantine)
     for i in range(quarantine.num_rows):
         row = {c: cols[c][i] for c in cols}
-        if not is_edit_reason(row.get("reason") or ""):
+        if is_edit_reason(row.get("reason") or ""):
+            if row["key"] in removed:
+                continue  # kept to rebuild a removed document, shown as its removal
+        else:
             rows.append(row)  # an edit record is an example, not a removed document
         label = reason_label(row.get("stage") or "other", row.get("reason") or "")
         ex = examples.setdefault(label, _Examples())
@@ -751,9 +755,12 @@ def _examples_html(examples: dict[str, _Examples]) -> list[str]:
     parts = [f"<h2>What was removed</h2><p>For every removal reason, the first "
              f"{EXAMPLES_PER_REASON} removed documents in quarantine order (first "
              f"{EXAMPLE_CHARS} characters); per-document license removals by family. Every "
-             "removed document is in the <code>quarantine/</code> parquet files.</p>"]
+             "removed document is in the <code>quarantine/</code> parquet files. Edit "
+             "records (reasons with <code>:edit:</code>) are spans cut or replaced in kept "
+             "documents, not removals.</p>"]
     for label, ex in examples.items():
-        parts.append(f"<details><summary><b>{e(label)}</b>: {ex.count:,} removed"
+        what = "spans edited in kept documents" if is_edit_reason(label) else "removed"
+        parts.append(f"<details><summary><b>{e(label)}</b>: {ex.count:,} {what}"
                      f"{f', {len(ex.shown)} shown' if ex.count > len(ex.shown) else ''}"
                      "</summary>")
         for row in ex.shown:

@@ -32,18 +32,33 @@ CONTEXT_CHARS = 120
 TOKEN_RECORDS = ("substring_dedup",)
 
 
+def removed_keys(quarantine) -> set[str]:
+    """The keys of ``quarantine`` (a table with ``key, reason``, or None) with a row that
+    is not an edit record: removed documents, whose edit records (those a document stage
+    wrote before a later stage removed the document) are kept to rebuild the original but
+    are no edits of a kept document."""
+    if quarantine is None or not quarantine.num_rows:
+        return set()
+    return {k for k, r in zip(quarantine.column("key").to_pylist(),
+                              quarantine.column("reason").to_pylist(), strict=True)
+            if not is_edit_reason(r or "")}
+
+
 def edit_records(quarantine) -> dict[str, list[dict[str, Any]]]:
-    """Per edited document key, its records of cut spans (``stage, reason, text, start,
-    end``), in order of ``start``; ``quarantine`` is a table with ``key, stage, reason,
-    text, detail`` (or None). A cut's ``detail`` holds ``start`` and ``token_start``;
-    other edit records (replacements, as PII's) are left out."""
+    """Per edited kept document key, its records of cut spans (``stage, reason, text,
+    start, end``), in order of ``start``; ``quarantine`` is a table with ``key, stage,
+    reason, text, detail`` (or None). A cut's ``detail`` holds ``start`` and
+    ``token_start``; other edit records (replacements, as PII's) and those of removed
+    documents (:func:`removed_keys`) are left out."""
     if quarantine is None or not quarantine.num_rows:
         return {}
     cols = {c: quarantine.column(c).to_pylist() for c in ("key", "stage", "reason", "detail")}
     texts = quarantine.column("text")
+    removed = removed_keys(quarantine)
     out: dict[str, list[dict[str, Any]]] = {}
     for i, reason in enumerate(cols["reason"]):
-        if not is_edit_reason(reason or "") or not cols["detail"][i]:
+        if (not is_edit_reason(reason or "") or not cols["detail"][i]
+                or cols["key"][i] in removed):
             continue
         where = json.loads(cols["detail"][i])
         if "start" not in where or not ("token_start" in where
@@ -135,7 +150,7 @@ def edits_html(out: Path, manifest: DatamixManifest, quarantine, decode, table) 
     order = {name: i for i, name in enumerate(stage_order())}
     for key in shown:
         if key not in kept:
-            continue  # removed by a later step: its quarantine row has the whole text
+            continue
         last = max((r["stage"] for r in records[key]), key=lambda n: order.get(n, -1))
         # the global stages all cut the prepared text: their spans are undone together
         prepared = any(r["prepared"] for r in records[key] if r["stage"] == last)

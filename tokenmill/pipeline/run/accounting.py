@@ -52,6 +52,7 @@ def _aggregate(blocks: list[tuple[dict, dict]]) -> tuple[int, int, dict[str, _Ag
     """(rows read, documents kept, per stage name its counters) over ``blocks``, each
     ``(prepare info, tokenize info)``."""
     aggs = {s.name: _Agg() for s in stage_list.STAGES}
+    cutting = {s.name for s in stage_list.STAGES if s.cuts}
     read = kept = 0
     for p, t in blocks:
         read += p["read"]
@@ -60,6 +61,14 @@ def _aggregate(blocks: list[tuple[dict, dict]]) -> tuple[int, int, dict[str, _Ag
             aggs[name].add(st)
         for name, n in t["removed"].items():
             aggs[name].add({"rejected": {name: n}})
+        # the cuts of documents a global stage removed later count no more
+        for name, edits in t.get("removed_edits", {}).items():
+            if name not in cutting:
+                continue
+            extra = aggs[name].extra
+            extra.subtract(edits)
+            for what in [w for w in edits if extra[w] <= 0]:
+                del extra[what]
     return read, kept, aggs
 
 

@@ -103,6 +103,8 @@ class RunResult:
     #: CPU time per stage and wall time per phase (what ``stats.json`` holds)
     stats: RunStats = field(default_factory=RunStats.empty)
     output: str = ""  # the output folder: a local path or an object-store URL
+    #: per stage name, its edits of the kept documents: ``{"spans", "documents"}``
+    edits: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[CurationWarning]:
@@ -393,6 +395,11 @@ def _result(path: Path, manifest: DatamixManifest, blocks: list[Block],
         for name, was in [*b.stage_reused.items(), (block_stage, b.tokenize_info["reused"])]:
             tally.setdefault(name, Counter())[bool(was)] += 1
     res.stage_blocks = {n: [c[True], c[False]] for n, c in tally.items()}
+    edits: dict[str, Counter] = {}
+    for b in blocks:
+        for name, c in b.tokenize_info.get("edits", {}).items():
+            edits.setdefault(name, Counter()).update(c)
+    res.edits = {n: dict(c) for n, c in edits.items()}
     for p in res.recovered:
         log.warning("recomputed a corrupt or incomplete intermediate: %s", p)
     return res

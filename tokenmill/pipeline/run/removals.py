@@ -15,6 +15,7 @@ holds only digests and counters.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from tokenmill.pipeline.run.tasks import batch_cpu_seconds, run_batches
 from tokenmill.pipeline.stage import GlobalContext, GlobalDecision, GlobalStage
 
 #: part of the removals' content address: bump when their output changes
-VERSION = 3
+VERSION = 4
 #: the columns of a removal file: the removed document (block index, row in the block,
 #: key), the key of the document kept in its place, the stage that removed it, a detail
 REMOVALS = pa.schema([("block", pa.int32()), ("row", pa.int32()), ("key", pa.string()),
@@ -107,7 +108,8 @@ class AssembleTask:
 
 def assemble(task: AssembleTask) -> dict[str, Any]:
     """Per block: its removals ``key, kept, stage, detail`` (sorted by key) and its edits
-    (sorted by key and start) as parquet; info ``removed``, ``edited`` (edit rows) and
+    (sorted by key and start; those of removed documents left out) as parquet; info
+    ``removed``, ``edited`` (edit rows), ``kept_edits`` (:func:`_edit_counts`) and
     ``content`` (a digest of both, for tokenize's address)."""
     out = StageOutput(task.work, "removals", task.digest)
 
@@ -117,13 +119,42 @@ def assemble(task: AssembleTask) -> dict[str, Any]:
         t = t.select(["key", "kept", "stage", "detail"])
         write_parquet(out.path(".parquet"), t)
         e = read_removals(task.work, task.edits, task.block, EDITS)
+        # a document a later stage removed is quarantined with its prepared text, which
+        # the edits were cut from: its edits are not needed to rebuild it
+        e = e.filter(pc.invert(pc.is_in(e.column("key"), t.column("key"))))
         e = e.take(pc.sort_indices(e, sort_keys=[("key", "ascending"), ("start", "ascending")]))
         e = e.drop_columns(["block", "row"])
         write_parquet(out.path(".edits.parquet"), e)
         rows = [[r["key"], [r["kept"], r["stage"], r["detail"]]] for r in t.to_pylist()]
-        return {"removed": len(t), "edited": len(e),
+        return {"removed": len(t), "edited": len(e), "kept_edits": _edit_counts(e),
                 "content": content_hash(rows, e.to_pylist())}
     return cached(out, compute, (".parquet", ".edits.parquet"))
+
+
+def _edit_counts(edits: pa.Table) -> dict[str, dict[str, dict[str, int]]]:
+    """Per stage and source (the key's first part): ``spans`` and ``documents_edited``
+    of ``edits`` (:data:`EDITS` rows)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    seen: set[tuple[str, str]] = set()
+    for key, stage in zip(edits.column("key").to_pylist(), edits.column("stage").to_pylist(),
+                          strict=True):
+        c = out.setdefault(stage, {}).setdefault(key.split("/", 1)[0],
+                                                 {"spans": 0, "documents_edited": 0})
+        c["spans"] += 1
+        if (stage, key) not in seen:
+            seen.add((stage, key))
+            c["documents_edited"] += 1
+    return out
+
+
+def _sum_edit_counts(infos: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
+    """:func:`_edit_counts` summed over the blocks' ``infos``."""
+    out: dict[str, dict[str, Counter]] = {}
+    for x in infos:
+        for stage, by_source in x.get("kept_edits", {}).items():
+            for src, c in by_source.items():
+                out.setdefault(stage, {}).setdefault(src, Counter()).update(c)
+    return {st: {src: dict(c) for src, c in v.items()} for st, v in out.items()}
 
 
 def load_removals(work: str, digest: str) -> dict[str, list]:
@@ -160,7 +191,9 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     file (``<prepare_work>/dedup/removals/<digest>.parquet``, see :func:`load_removals`
     and :func:`load_edits`), "content": digest of the removals and edits, "removed":
     count}``; the stages' manifest records by stage name (stages without one are left
-    out). ``cpu``, when given, receives per stage name (and ``removals``, the per-block
+    out), their edit counters counting the kept documents only
+    (:meth:`~tokenmill.pipeline.stage.GlobalStage.with_kept_edits`). ``cpu``, when given,
+    receives per stage name (and ``removals``, the per-block
     gathering) the CPU seconds of its decision: this thread's and its Ray tasks'
     (:func:`~.tasks.batch_cpu_seconds`).
 
@@ -189,5 +222,10 @@ def decide_global(prepare_work: str, blocks: list[str], stages: list[GlobalStage
     clock = _cpu_clock()
     infos = run_batches(assemble, tasks, "dedup: removals", progress)
     cpu["removals"] = _cpu_clock() - clock
+    kept = _sum_edit_counts(infos)
+    for stage in stages:
+        if stage.name in records:
+            records[stage.name] = stage.with_kept_edits(records[stage.name],
+                                                        kept.get(stage.name, {}))
     return [{"removals": t.digest, "content": x["content"], "removed": x["removed"]}
             for t, x in zip(tasks, infos, strict=True)], records

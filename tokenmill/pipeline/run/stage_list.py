@@ -87,6 +87,8 @@ class StageDef:
         in_manifest: whether the manifest's ``stages`` records it.
         metadata: per-document metadata the stage sets, as ``(column, pyarrow type)``:
             carried to the shard sidecars (in stage order) whenever the stage runs.
+        cuts: whether the stage cuts spans out of the documents it keeps (edit records
+            in the quarantine; a line in the run's summary).
     """
 
     name: str
@@ -98,6 +100,7 @@ class StageDef:
     extra_field: str | None = None
     in_manifest: bool = True
     metadata: tuple[tuple[str, pa.DataType], ...] = ()
+    cuts: bool = False
 
     def kwargs(self, cfg: DatamixConfig, source: SourceConfig) -> dict[str, Any] | None:
         """The stage's constructor arguments for ``source``, or ``None`` if it is off."""
@@ -253,15 +256,16 @@ STAGES: tuple[StageDef, ...] = (
              metadata=(("classifier_score", pa.float32()),)),
     # before PII: eval text holds real addresses, and a placeholder breaks its n-grams
     StageDef("decontaminate", "document", Decontaminate, build_kwargs, counts="filtered",
-             extra_field="decontamination_cuts"),
+             extra_field="decontamination_cuts", cuts=True),
     StageDef("pii", "document", PIIRedact, _for_sources("pii"), extra_field="pii_replacements"),
     StageDef("exact_dedup", "global", ExactDedup, lambda c, s: {}, counts="exact_duplicates"),
     StageDef("fuzzy_dedup", "global", MinHashDedup, _fuzzy, counts="near_duplicates"),
     StageDef("classifier_top", "global", ClassifierTopFraction, _classifier_top,
              counts="filtered"),
-    StageDef("substring_dedup", "global", SubstringDedup, _substring, counts="filtered"),
+    StageDef("substring_dedup", "global", SubstringDedup, _substring, counts="filtered",
+             cuts=True),
     # last: it leaves out what substring_dedup's edits cut (both see the prepared text)
-    StageDef("span_dedup", "global", SpanDedup, _span, counts="filtered"),
+    StageDef("span_dedup", "global", SpanDedup, _span, counts="filtered", cuts=True),
     StageDef("tokenize", "block", Tokenize,
              lambda c, s: {"tokenizer": c.tokenizer_for_stage(),
                           "val_fraction": c.shards.val_fraction},
@@ -272,6 +276,14 @@ STAGES: tuple[StageDef, ...] = (
 def of_scope(scope: Scope) -> list[StageDef]:
     """The stages of one scope, in pipeline order."""
     return [s for s in STAGES if s.scope == scope]
+
+
+def cut_lines(edits: dict[str, dict[str, int]]) -> list[str]:
+    """One line per stage that :attr:`StageDef.cuts` and ran: the spans it cut out of the
+    kept documents and how many documents lost spans. ``edits``: per stage name
+    ``{"spans", "documents"}`` (``RunResult.edits``); a stage absent cut nothing."""
+    return [f"{s.name}: {c.get('spans', 0):,} spans cut out of {c.get('documents', 0):,} "
+            "kept documents" for s in STAGES if s.cuts and (c := edits.get(s.name))]
 
 
 def stage_order() -> tuple[str, ...]:

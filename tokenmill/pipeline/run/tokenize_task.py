@@ -24,7 +24,7 @@ from tokenmill.pipeline.run import quarantine
 from tokenmill.pipeline.run.intermediate import StageOutput, fault_injection_delay, write_parquet
 from tokenmill.pipeline.run.removals import load_edits, load_removals
 from tokenmill.pipeline.run.stats import utf8_size
-from tokenmill.pipeline.stage import Rejection
+from tokenmill.pipeline.stage import EDIT_REASON_MARK, Rejection, is_edit_reason
 
 if TYPE_CHECKING:
     from tokenmill.pipeline.run.stage_list import StageCall
@@ -75,6 +75,39 @@ def _drop_removed(source: str, removals: dict[str, list], keys: list[str], texts
     return kept_idx, rejected, removed
 
 
+def _document_edits(prepare_quarantine: str, removed: set[str]
+                    ) -> tuple[dict[str, dict[str, int]], dict[str, Counter]]:
+    """The document stages' edit records (reason ``<stage>:edit:<what>``) in a block's
+    prepared quarantine: of the documents in ``removed``, per stage and ``what`` their
+    count (their rows are kept: a global stage's removal row holds the edited text, so
+    they rebuild the original; but the manifest counts the edits of kept documents
+    only); of the kept documents, per stage ``spans`` and ``documents``."""
+    t = quarantine.read_quarantine(prepare_quarantine).select(["key", "reason"])
+    of_removed: dict[str, Counter] = {}
+    of_kept: dict[str, Counter] = {}
+    seen: set[tuple[str, str]] = set()
+    for key, reason in zip(*(t.column(c).to_pylist() for c in ("key", "reason")), strict=True):
+        if not is_edit_reason(reason or ""):
+            continue
+        stage, _, what = reason.partition(EDIT_REASON_MARK)
+        if key in removed:
+            of_removed.setdefault(stage, Counter())[what] += 1
+        else:
+            _count_edit(of_kept, seen, stage, key)
+    return {st: dict(sorted(c.items())) for st, c in sorted(of_removed.items())}, of_kept
+
+
+def _count_edit(counts: dict[str, Counter], seen: set[tuple[str, str]], stage: str,
+                key: str) -> None:
+    """Add one edit of document ``key`` by ``stage`` to ``counts`` (``spans``, and
+    ``documents`` when ``(stage, key)`` is not in ``seen``)."""
+    c = counts.setdefault(stage, Counter())
+    c["spans"] += 1
+    if (stage, key) not in seen:
+        seen.add((stage, key))
+        c["documents"] += 1
+
+
 def apply_edits(source: str, key: str, text: str, edits: list[dict[str, Any]]
                 ) -> tuple[str, list[Rejection]]:
     """``text`` less the character spans of ``edits`` (disjoint, sorted by ``start``), and
@@ -99,6 +132,8 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
     """Tokenize one prepared block, less its documents removed by the global stages.
 
     Returns info: ``docs_in``, ``removed`` (stage -> documents), ``kept``, ``tokens``,
+    ``edits`` (stage -> ``{"spans", "documents"}``: the edits of the kept documents),
+    ``removed_edits`` (:func:`_document_edits`),
     ``text_bytes`` (UTF-8 bytes of the kept documents' text), ``reused``, ``recovered``,
     and, when computed, ``timings``: ``{"tokenize": [CPU seconds, documents tokenized,
     text bytes]}`` (:mod:`~tokenmill.pipeline.run.stats`).
@@ -115,6 +150,9 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
     texts = table.column("text").to_pylist()
     removals = load_removals(spec.dedup_work, spec.removals)
     kept_idx, rejected, removed = _drop_removed(spec.source, removals, keys, texts)
+    removed_edits, cuts = _document_edits(
+        StageOutput(spec.work, "prepare", spec.prepare_digest).path(".quarantine.parquet"),
+        set(removals))
     edits = load_edits(spec.dedup_work, spec.removals)
     kept_texts = []
     for i in kept_idx:
@@ -122,6 +160,9 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
         if keys[i] in edits:
             text, records = apply_edits(spec.source, keys[i], text, edits[keys[i]])
             rejected += records
+            seen: set[tuple[str, str]] = set()
+            for r in records:
+                _count_edit(cuts, seen, r.stage, r.key)
         kept_texts.append(text)
     step = spec.stage.build()
     kept_keys = [keys[i] for i in kept_idx]
@@ -140,7 +181,8 @@ def tokenize_block(spec: TokenizeTask) -> dict[str, Any]:
     text_bytes = sum(utf8_size(t) for t in kept_texts)
     info = {"docs_in": len(keys), "removed": dict(sorted(removed.items())),
             "kept": len(kept_idx), "tokens": int(lengths.sum()), "text_bytes": text_bytes,
-            "edited": sum(1 for k in kept_keys if k in edits)}
+            "edited": sum(1 for k in kept_keys if k in edits), "removed_edits": removed_edits,
+            "edits": {st: dict(sorted(c.items())) for st, c in sorted(cuts.items())}}
     out.commit([".tokens.parquet", ".quarantine.parquet"], info)
     timings = {"tokenize": [time.process_time() - cpu0, len(kept_idx), text_bytes]}
     return info | {"reused": False, "recovered": [out.problem] if out.problem else [],
