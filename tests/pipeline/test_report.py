@@ -478,7 +478,8 @@ def test_sampled_token_count_encodes_a_bounded_amount_of_text(monkeypatch):
     for g in range(20):  # 20 groups, each opening with a 100 KB document
         texts += ["x" * 100_000] + ["y" * 100] * 50
         sources += [f"s{g}"] * 51
-    table = pa.table({"source": sources, "stage": ["gopher_quality"] * len(texts),
+    table = pa.table({"source": sources, "key": [f"k{i}" for i in range(len(texts))],
+                      "stage": ["gopher_quality"] * len(texts),
                       "reason": ["word_count"] * len(texts), "text": texts})
     rows, _ = report._quarantine_rows(table)
     total = sum(len(t) for t in texts)
