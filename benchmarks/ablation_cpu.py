@@ -60,8 +60,10 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(REPO.parent / "shared" / "data" / "tiktoken"))
 
 from tokenmill.atomic import atomic_write_text, sha256_file  # noqa: E402
+from tokenmill.manifests.mixschema import TrainingMixManifest  # noqa: E402
+from tokenmill.manifests.verify import read_manifest  # noqa: E402
 from tokenmill.train import train as T  # noqa: E402
-from tokenmill.train.batches import data_kind, open_data  # noqa: E402
+from tokenmill.train.batches import open_data  # noqa: E402
 from tokenmill.train.model import DEFAULT_LEM_BUCKETS  # noqa: E402
 from tokenmill.train.targets import save_rows_table  # noqa: E402
 
@@ -103,7 +105,7 @@ def build_mix(data: str, tokens: int, out: Path, log: Path) -> Path:
     Raises:
         RuntimeError: ``tokenmill mix build`` failed (see ``log``).
     """
-    if data_kind(data) == "training-mix":
+    if isinstance(read_manifest(data, None)[1], TrainingMixManifest):
         return Path(data)
     manifest = Path(data) / "manifest.json" if Path(data).is_dir() else Path(data)
     spec = {"name": "ablation-mix", "manifests": [str(manifest.resolve())],

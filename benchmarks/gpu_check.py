@@ -540,13 +540,13 @@ def training_mix(data: Path, out: Path) -> Path:
     import yaml
 
     from tokenmill.manifests.mix import build_mix
-    from tokenmill.manifests.verify import manifest_file, read_manifest
-    from tokenmill.train.batches import data_kind
+    from tokenmill.manifests.mixschema import TrainingMixManifest
+    from tokenmill.manifests.verify import read_manifest
 
-    if data_kind(str(data)) == "training-mix":
+    mf, m = read_manifest(data, None)  # whichever kind the file is
+    if isinstance(m, TrainingMixManifest):
         return data
-    mf = manifest_file(data).resolve()
-    m = read_manifest(mf)[1]
+    mf = mf.resolve()
     srcs = [s for s in m.sources if s.tokens.get("train", 0) > 0]
     spec = {"name": f"{m.name}-gpu-check", "manifests": [str(mf)], "seed": 0,
             "target_tokens": sum(s.tokens["train"] for s in srcs),
