@@ -30,6 +30,7 @@ from tests.pipeline.decont_data import corpus_texts, qa_examples
 from tests.raycluster import head_node, worker_node
 from tests.s3server import S3Server
 from tests.shared import corpora
+from tests.tinymodel import train_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,10 +77,7 @@ def _train_model(path: Path) -> None:
     train = path.with_suffix(".txt")
     train.write_text("".join(f"__label__hq {w} history of science and art\n__label__cc {w} "
                              "buy cheap now click\n" for w in ("a", "b", "c") * 20))
-    subprocess.run([sys.executable, "-c", (
-        "import sys, fasttext; fasttext.train_supervised(sys.argv[1], dim=8, bucket=1000, "
-        "thread=1, seed=1, verbose=0, epoch=5).save_model(sys.argv[2])"),
-        str(train), str(path)], check=True, timeout=120)
+    train_tiny_model(train, path)
 
 
 def _fill_bucket(srv: S3Server, tmp: Path) -> None:

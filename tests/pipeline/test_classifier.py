@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.shared import corpora
+from tests.tinymodel import train_tiny_model
 from tokenmill.pipeline.classifier_train import roc_auc
 from tokenmill.pipeline.document.classifier import ClassifierFilter, prepare_text
 from tokenmill.pipeline.stage import Document, Rejection
@@ -58,12 +59,7 @@ def test_classifier_stage_scores_and_quarantines(tmp_path):
     train = tmp_path / "train.txt"
     train.write_text("".join(f"__label__hq {w} science history essay\n__label__cc {w} buy "
                              "cheap click now\n" for w in ("a", "b", "c", "d") * 20))
-    # trained in a fresh process: fastText's trainer has given NaN after other tests in the
-    # same worker process, never in a process of its own
-    subprocess.run([sys.executable, "-c", (
-        "import sys, fasttext; fasttext.train_supervised(sys.argv[1], dim=16, bucket=10000, "
-        "wordNgrams=2, thread=1, seed=1, verbose=0, lr=0.05, epoch=20).save_model(sys.argv[2])"),
-        str(train), str(tmp_path / "m.bin")], check=True, timeout=120)
+    train_tiny_model(train, tmp_path / "m.bin", dim=16, bucket=10000, epoch=20)
     stage = ClassifierFilter(model=str(tmp_path / "m.bin"), label="hq", threshold=0.5,
                              digest="x")
     sink: list[Rejection] = []
@@ -256,10 +252,7 @@ def test_a_model_given_by_url_is_read_once_through_run(tmp_path):
                              "cheap click now\n" for w in ("a", "b", "c", "d") * 20))
     served = tmp_path / "served"
     served.mkdir()
-    subprocess.run([sys.executable, "-c", (
-        "import sys, fasttext; fasttext.train_supervised(sys.argv[1], dim=8, bucket=1000, "
-        "wordNgrams=2, thread=1, seed=1, verbose=0, lr=0.05, epoch=5).save_model(sys.argv[2])"),
-        str(train), str(served / "m.bin")], check=True, timeout=120)
+    train_tiny_model(train, served / "m.bin")
     with _served(served) as (base, requests):
         for name, url in (("ok", f"{base}/m.bin"), ("missing", f"{base}/gone.bin")):
             mix = tmp_path / f"{name}.yaml"
