@@ -135,9 +135,10 @@ def test_shards_export_from_a_bucket_to_a_bucket(s3, local_runs, tmp_path):
 
     export_mix(local_runs / "mixes" / "mix.json", tmp_path / "local", "modded-nanogpt",
                shard_tokens=20_000, settings=LoaderSettings(seq_len=64), log=lambda _: None)
-    _ok(_tm(tmp_path, "shards", "export", "s3://runs/mixes/mix.json", "-o", "s3://out/export",
-            "--format", "modded-nanogpt", "--seq-len", "64", "--shard-tokens", "20000",
-            env=_env(s3, tmp_path)))
+    out = _ok(_tm(tmp_path, "shards", "export", "s3://runs/mixes/mix.json", "-o",
+                  "s3://out/export", "--format", "modded-nanogpt", "--seq-len", "64",
+                  "--shard-tokens", "20000", env=_env(s3, tmp_path)))
+    assert "s3://out/export/" in out and "staging" not in out, out  # where the user asked
     local = _local_files(tmp_path / "local")
     assert len(local) > 4
     assert s3.objects("out", "export") == local

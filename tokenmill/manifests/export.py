@@ -199,8 +199,13 @@ def _export_to_url(manifest_path: str | os.PathLike, url: str, fmt: str, shard_t
     deleted (a reader globbing the folder must not take them)."""
     with storage.output_folder(url, EXPORT_FILE) as tmp:  # a missing bucket fails first
         previous = _previous_files(storage.join(url, EXPORT_FILE))
-        summary = export_mix(manifest_path, tmp, fmt, shard_tokens, splits, log, settings,
-                             verify)
+        shown = storage.redact(url)
+
+        def log_at_url(line: str) -> None:  # the user asked for the bucket, not our staging
+            log(line.replace(str(tmp), shown))
+
+        summary = export_mix(manifest_path, tmp, fmt, shard_tokens, splits, log_at_url,
+                             settings, verify)
     for rel in sorted(previous - {f["path"] for f in summary["files"]}):
         storage.remove(storage.join(url, rel))
         log(f"removed {storage.redact(storage.join(url, rel))} (listed by the previous "
