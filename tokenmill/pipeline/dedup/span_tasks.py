@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from tokenmill.pipeline.dedup import span_units as units
+from tokenmill.pipeline.dedup.cut_rows import CutRows
 from tokenmill.pipeline.document.length import LengthFilter
 from tokenmill.pipeline.run.intermediate import StageOutput
 from tokenmill.pipeline.run.partition_files import (
@@ -22,7 +23,7 @@ from tokenmill.pipeline.run.partition_files import (
     write_partitioned,
 )
 from tokenmill.pipeline.run.prepare_task import read_block_columns
-from tokenmill.pipeline.run.removals import EDITS, REMOVALS, Shuffle, read_removals
+from tokenmill.pipeline.run.removals import EDITS, Shuffle, read_removals
 from tokenmill.pipeline.stage import Document
 
 #: part of every phase's content address: bump when a phase's output changes
@@ -185,7 +186,7 @@ def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int,
     return out
 
 
-def _block_cuts(task: CutTask, b: int, digest: str, removals: list, edits: list,
+def _block_cuts(task: CutTask, b: int, digest: str, rows_out: CutRows,
                 by_source: dict[str, Counter]) -> None:
     rep = read_partitions([StageOutput(task.run.work, "span_repeats", d).path(".arrow")
                            for d in task.repeats], b)
@@ -213,16 +214,12 @@ def _block_cuts(task: CutTask, b: int, digest: str, removals: list, edits: list,
         if why is not None:
             c["documents_removed"] += 1
             c["chars_removed"] += len(text)
-            removals.append({"block": b, "row": r, "key": key, "kept": None,
-                             "stage": task.stage, "detail": f"{why} after cutting "
-                             f"{len(cuts)} repeated {rule.mode[:-1]} spans"})
+            rows_out.remove((b, r), key, why, len(cuts), rule.mode[:-1])
             continue
         c["documents_edited"] += 1
         c["spans"] += len(cuts)
         c["chars_removed"] += sum(e - s for s, e in cuts)
-        edits += [{"block": b, "row": r, "key": key, "stage": task.stage, "reason": what,
-                   "start": s, "end": e, "token_start": -1, "token_end": -1}
-                  for s, e in cuts]
+        rows_out.edit((b, r), key, what, [(s, e, -1, -1) for s, e in cuts])
 
 
 def span_cut(task: CutTask) -> dict[str, Any]:
@@ -231,15 +228,10 @@ def span_cut(task: CutTask) -> dict[str, Any]:
     out = StageOutput(task.run.work, "span_cut", task.digest)
 
     def compute() -> dict[str, Any]:
-        removals: list[dict[str, Any]] = []
-        edits: list[dict[str, Any]] = []
+        rows_out = CutRows(task.stage)
         by_source: dict[str, Counter] = {}
         for b, digest in task.blocks:
-            _block_cuts(task, b, digest, removals, edits, by_source)
-        for name, rows, schema in (("removals", removals, REMOVALS), ("edits", edits, EDITS)):
-            t = pa.Table.from_pylist(rows, schema=schema)
-            write_partitioned(out.path(f".{name}.arrow"), t,
-                              np.asarray(t.column("block").to_numpy(), np.int64),
-                              task.run.n_blocks)
+            _block_cuts(task, b, digest, rows_out, by_source)
+        rows_out.write(out, task.run.n_blocks)
         return {"by_source": {s: dict(sorted(c.items())) for s, c in sorted(by_source.items())}}
     return cached(out, compute, (".removals.arrow", ".edits.arrow"))

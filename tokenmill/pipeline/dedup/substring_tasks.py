@@ -29,11 +29,12 @@ import pyarrow.parquet as pq
 
 from tokenmill.atomic import atomic_open
 from tokenmill.pipeline.dedup import substring_spans as spans
+from tokenmill.pipeline.dedup.cut_rows import CutRows
 from tokenmill.pipeline.document.length import LengthFilter
 from tokenmill.pipeline.run.intermediate import StageOutput, write_parquet
-from tokenmill.pipeline.run.partition_files import cached, write_partitioned
+from tokenmill.pipeline.run.partition_files import cached
 from tokenmill.pipeline.run.prepare_task import read_block_columns
-from tokenmill.pipeline.run.removals import EDITS, REMOVALS, read_removals
+from tokenmill.pipeline.run.removals import read_removals
 from tokenmill.pipeline.stage import Document
 from tokenmill.tokenizers import get_encoding
 
@@ -215,8 +216,7 @@ def _compute_cut(task: CutTask, out: StageOutput) -> dict[str, Any]:
     keys = docs.column("key").to_pylist()
     texts = _doc_texts(task, {(block_col[d], row_col[d]) for d in by_doc})
     length, table = LengthFilter(**task.filters), token_bytes(task.tokenizer)
-    removals: list[dict[str, Any]] = []
-    edits: list[dict[str, Any]] = []
+    rows_out = CutRows(task.stage)
     counts: dict[str, Counter] = {}
     for key, n in zip(keys, np.diff(starts) - 1, strict=True):
         counts.setdefault(key.split("/", 1)[0], Counter())["tokens_in"] += int(n)
@@ -236,18 +236,11 @@ def _compute_cut(task: CutTask, out: StageOutput) -> dict[str, Any]:
         if why is not None:
             c["documents_removed"] += 1
             c["tokens_removed"] += int(starts[d + 1] - starts[d] - 1)
-            removals.append({"block": where[0], "row": where[1], "key": key, "kept": None,
-                             "stage": task.stage, "detail": f"{why} after cutting "
-                             f"{len(char_spans)} repeated spans"})
+            rows_out.remove(where, key, why, len(char_spans))
             continue
         c["documents_edited"] += 1
         c["spans"] += len(char_spans)
         c["tokens_removed"] += sum(e - s for s, e in token_spans)
-        edits += [{"block": where[0], "row": where[1], "key": key, "stage": task.stage,
-                   "reason": f"{task.stage}:edit:{EDIT_WHAT}", "start": s, "end": e,
-                   "token_start": t0, "token_end": t1} for s, e, t0, t1 in char_spans]
-    for name, rows, schema in (("removals", removals, REMOVALS), ("edits", edits, EDITS)):
-        t = pa.Table.from_pylist(rows, schema=schema)
-        write_partitioned(out.path(f".{name}.arrow"), t,
-                          np.asarray(t.column("block").to_numpy(), np.int64), task.n_blocks)
+        rows_out.edit(where, key, f"{task.stage}:edit:{EDIT_WHAT}", char_spans)
+    rows_out.write(out, task.n_blocks)
     return {"by_source": {s: dict(sorted(c.items())) for s, c in sorted(counts.items())}}
