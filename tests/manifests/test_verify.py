@@ -19,8 +19,10 @@ from tests.manifests.mixdata import write_texts_curation
 from tokenmill.atomic import sha256_file
 from tokenmill.manifests.export import export_modded_nanogpt
 from tokenmill.manifests.mix import build_mix
+from tokenmill.manifests.mixschema import TrainingMixManifest
+from tokenmill.manifests.schema import DatamixManifest
 from tokenmill.manifests.shards import HEADER_BYTES
-from tokenmill.manifests.verify import ShardVerifyError, open_shards
+from tokenmill.manifests.verify import ShardVerifyError, open_shards, read_manifest
 from tokenmill.train.data import MixLoader
 
 CASE = Path(__file__).parent / "cases" / "export-stale-shards"
@@ -165,6 +167,32 @@ def test_kind_is_named_and_bad_json_is_one_line(curation, tmp_path):
     (tmp_path / "trunc.json").write_text(curation.read_text()[:100])
     with pytest.raises(ShardVerifyError, match="not a JSON manifest"):
         open_shards(tmp_path / "trunc.json")
+
+
+def test_either_kind_is_read_as_the_kind_the_file_says(curation, tmp_path):
+    """``kind=None`` (the trainer's ``data:``): the file is read as the kind it records; a
+    file of neither kind is refused as a curation manifest would refuse it."""
+    spec = yaml.safe_load((CASE / "spec.yaml").read_text())
+    spec["manifests"] = [str(curation)]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    build_mix(tmp_path / "s.yaml", tmp_path / "mix.json")
+    assert isinstance(read_manifest(curation.parent, None)[1], DatamixManifest)
+    path, mix = read_manifest(tmp_path / "mix.json", None)
+    assert path == tmp_path / "mix.json" and isinstance(mix, TrainingMixManifest)
+    (tmp_path / "export.json").write_text(json.dumps({"format": "modded-nanogpt",
+                                                      "files": []}))
+    with pytest.raises(ShardVerifyError) as e:
+        read_manifest(tmp_path / "export.json", None)
+    assert "this is a modded-nanogpt export's export.json" in _one_line(e)
+    assert "a curation manifest" in str(e.value)
+    old = json.loads((tmp_path / "mix.json").read_text())
+    old["schema_version"] = 0
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(ShardVerifyError, match="training-mix manifest schema_version 0"):
+        read_manifest(tmp_path / "old.json", None)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ShardVerifyError, match="not a manifest .a JSON list"):
+        read_manifest(tmp_path / "list.json", None)
 
 
 def test_mix_build_refuses_a_changed_curation_shard(curation, tmp_path):

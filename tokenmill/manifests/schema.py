@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -244,12 +244,24 @@ def load_manifest_as(path: str | os.PathLike, model: type[_M]) -> _M:
             or the reverse), of another schema version, or invalid (each wrong field by its
             path with what was expected; no pydantic dump).
     """
-    kind = model.model_fields["kind"].default
-    version = model.model_fields["schema_version"].default
+    return cast(_M, load_manifest_of(path, (model,)))
+
+
+def load_manifest_of(path: str | os.PathLike, models: tuple[type[BaseModel], ...]
+                     ) -> BaseModel:
+    """Read a manifest of whichever of ``models``' kinds the file says it is (read once), as
+    :func:`load_manifest_as` reads one of that model; a file of none of their kinds is
+    refused as the first model refuses it.
+
+    Raises:
+        FileNotFoundError, ManifestError: as :func:`load_manifest_as` with ``models[0]``
+            (or with the model of the kind the file says it is).
+    """
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
     if not p.is_file():
+        kind = models[0].model_fields["kind"].default
         raise FileNotFoundError(f"{p}: not found (expected {MANIFEST_KINDS[kind]})")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -259,6 +271,9 @@ def load_manifest_as(path: str | os.PathLike, model: type[_M]) -> _M:
         raise ManifestError(f"{p}: not a manifest (a JSON {type(data).__name__}, expected "
                             "an object)")
     got = manifest_kind(data)
+    model = next((m for m in models if m.model_fields["kind"].default == got), models[0])
+    kind = model.model_fields["kind"].default
+    version = model.model_fields["schema_version"].default
     if got != kind:
         what = MANIFEST_KINDS.get(got, f"a file of kind {got!r}")
         raise ManifestError(f"{p}: this is {what}, but {MANIFEST_KINDS[kind]} is expected here")

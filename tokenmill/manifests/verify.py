@@ -24,13 +24,12 @@ Messages name the objects by their URL.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from tokenmill import objectcache, storage
 from tokenmill.atomic import sha256_file
@@ -40,13 +39,17 @@ from tokenmill.manifests.schema import (
     DatamixManifest,
     ManifestError,
     ShardEntry,
-    load_manifest_as,
+    load_manifest_of,
 )
 from tokenmill.manifests.shards import ShardError, read_header, sidecar_path
 from tokenmill.tokenizers.registry import check_installed
 
 Kind = Literal["curation", "training-mix"]
 _MAX_NAMED = 8  # differing files named in one error line
+#: the manifest model of each kind, the curation one first (a file of neither kind is
+#: refused as a curation manifest)
+_MODELS: dict[Kind, type[DatamixManifest] | type[TrainingMixManifest]] = {
+    "curation": DatamixManifest, "training-mix": TrainingMixManifest}
 
 
 class ShardVerifyError(ValueError):
@@ -116,18 +119,19 @@ def read_manifest(path: str | os.PathLike, kind: Kind | None = "curation"
             (the first wrong field by its path).
     """
     p = manifest_file(path)
+    shown = objectcache.shown(p)
     if not p.is_file():
         folder = p.parent if p.name != Path(str(path)).name else None
         where = (f"{objectcache.shown(folder)} has no {p.name}" if folder is not None
-                 else f"{objectcache.shown(p)}: not found")
+                 else f"{shown}: not found")
         raise ShardVerifyError(f"{where}: no {kind or 'mix or curation'} manifest (an "
                                "unfinished or half-written output folder?)")
-    kind = kind or _file_kind(p)
-    model = DatamixManifest if kind == "curation" else TrainingMixManifest
-    try:
-        return p, load_manifest_as(p, model)
+    models = tuple(_MODELS.values()) if kind is None else (_MODELS[kind],)
+    try:  # read once, as the kind the file says it is when the caller takes either
+        m = load_manifest_of(p, models)
+        return p, cast(DatamixManifest | TrainingMixManifest, m)
     except ManifestError as e:
-        raise ShardVerifyError(str(e).replace(str(p), objectcache.shown(p))) from None
+        raise ShardVerifyError(str(e).replace(str(p), shown)) from None
 
 
 def listed_shards(m: DatamixManifest | TrainingMixManifest, root: Path,
@@ -234,17 +238,6 @@ def shard_problems(shards: list[VerifiedShard], *, verify: bool = True,
         problems += [_sha_line(p, got, want, what)
                      for p, got, want in _mismatches(present, frozenset(checked))]
     return problems
-
-
-def _file_kind(p: Path) -> Kind:
-    """The kind a manifest file says it is (a file without ``kind`` is a curation one;
-    what is not JSON is left to the reader's own one-line error)."""
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return "curation"
-    training = isinstance(data, dict) and data.get("kind") == "training-mix"
-    return "training-mix" if training else "curation"
 
 
 def check_shards(shards: list[VerifiedShard], *, verify: bool = True,
