@@ -226,16 +226,14 @@ class GopherRepetitionFilter(DocumentFilter):
                 if dup_chars / n_chars > c[f"dup_{part}_char_frac"]:
                     return f"gopher_repetition:dup_{part}_char_frac"
         top, dup = ngram_stats(tw.word_hash, tw.word_len, self._top_n, self._dup_n)
-        if len(top):
+        top, dup = top.tolist(), dup.tolist()  # Python ints: no numpy scalar arithmetic
+        if top:
             record("gopher_repetition:top_n_gram", top[0] / n_chars)
-        if len(dup):  # reached only by the documents every top n-gram rule kept
-            fails_top = any(ch / n_chars > f for (_, f), ch in zip(c["top_n_grams"], top,
-                                                                   strict=True))
-            if not fails_top:
-                record("gopher_repetition:dup_n_gram", dup[0] / n_chars)
         for (n, frac), chars in zip(c["top_n_grams"], top, strict=True):
             if chars / n_chars > frac:
                 return f"gopher_repetition:top_{n}_gram"
+        if dup:  # reached only by the documents every top n-gram rule kept
+            record("gopher_repetition:dup_n_gram", dup[0] / n_chars)
         for (n, frac), chars in zip(c["dup_n_grams"], dup, strict=True):
             if chars / n_chars > frac:
                 return f"gopher_repetition:dup_{n}_gram"
