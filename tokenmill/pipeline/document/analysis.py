@@ -135,9 +135,13 @@ class TextWords:
         return int(_count_sentences(self.word_kind, self.chunk_word, chunk_starts,
                                     chunk_ends))
 
-    def stop_word_count(self, stop_hashes: np.ndarray) -> int:
-        """Distinct words among ``stop_hashes`` (sorted int64 hashes, :func:`hashes_of`)."""
-        return int(_distinct_hits(self.word_hash, stop_hashes))
+    def stop_word_count(self, stop_hashes: np.ndarray, min_len: int = 0,
+                        max_len: int = 1 << 62) -> int:
+        """Distinct words among ``stop_hashes`` (sorted int64 hashes, :func:`hashes_of`);
+        ``min_len``, ``max_len``: the shortest and longest of those words' lengths (code
+        points; words of other lengths are not looked up)."""
+        return int(_distinct_hits(self.word_hash, self.word_len, stop_hashes, min_len,
+                                  max_len))
 
 
 _TEXTS: dict[int, tuple[str, TextWords]] = {}
@@ -149,8 +153,12 @@ _CHUNK_LENGTHS: dict[str, tuple[int, ...]] = {}
 
 
 def code_points(text: str) -> np.ndarray:
-    """uint32[len(text)] code points of ``text`` (lone surrogates kept as they are)."""
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    """uint32[len(text)] code points of ``text`` (lone surrogates and NULs kept as they
+    are; numpy's UCS-4 copy of the string, faster than encoding to UTF-32 for text
+    beyond Latin-1)."""
+    if not text:
+        return np.zeros(0, np.uint32)
+    return np.array(text).reshape(1).view(np.uint32)
 
 
 def _complex_lengths(text: str, starts: np.ndarray, ends: np.ndarray) -> list[int]:
@@ -858,10 +866,13 @@ def _count_sentences(kind, chunk_word, line_starts, line_ends):
 
 
 @numba.njit(cache=True)
-def _distinct_hits(whash, stop_hashes):
+def _distinct_hits(whash, wlen, stop_hashes, min_len, max_len):
     seen = np.zeros(stop_hashes.shape[0], np.bool_)
     n = 0
-    for h in whash:
+    for j in range(whash.shape[0]):
+        if wlen[j] < min_len or wlen[j] > max_len:
+            continue
+        h = whash[j]
         i = np.searchsorted(stop_hashes, h)
         if i < stop_hashes.shape[0] and stop_hashes[i] == h and not seen[i]:
             seen[i] = True

@@ -121,6 +121,8 @@ class GopherQualityFilter(DocumentFilter):
         self.stop_words = frozenset(stop_words) if stop_words is not None \
             else GOPHER_STOP_WORDS
         self._stop_hashes = analysis.hashes_of(self.stop_words)
+        lengths = [len(w) for w in self.stop_words] or [0]
+        self._stop_lengths = (min(lengths), max(lengths))
         self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
@@ -163,7 +165,7 @@ class GopherQualityFilter(DocumentFilter):
             if n_alpha / n_words < c["min_alpha_words_ratio"]:
                 return "gopher_quality:alpha_ratio"
         if c["min_stop_words"] is not None:
-            n_stop = tw.stop_word_count(self._stop_hashes)
+            n_stop = tw.stop_word_count(self._stop_hashes, *self._stop_lengths)
             record("gopher_quality:stop_words", n_stop)
             if n_stop < c["min_stop_words"]:
                 return "gopher_quality:stop_words"
