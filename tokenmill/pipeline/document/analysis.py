@@ -358,13 +358,13 @@ def _lower_like(f):
     return (f & ALPHA and not f & UPPER and not f & TITLE) or f & MARK
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _is_abbreviation(cp, a, b, abbrev_hashes):
     i = np.searchsorted(abbrev_hashes, _hash(cp, a, b))
     return i < abbrev_hashes.shape[0] and abbrev_hashes[i] == _hash(cp, a, b)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _split_kernel(cp, flags, a, b, abbrev_hashes, unit_hashes, ends):
     """The words of the chunk ``cp[a:b]`` as :func:`~.words.split_chunk` splits it, for
     the chunks of a few shapes: one character, letters only or digits only (one word),
@@ -429,7 +429,7 @@ def _ascii_digit(c):
     return c >= 48 and c <= 57
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _digit_core(cp, i, b):
     """Length of the ASCII digit runs joined by single ``. , : /`` at ``cp[i:b]``, if there
     is a separator among them (one word: no infix rule splits between digits there), else
@@ -445,7 +445,7 @@ def _digit_core(cp, i, b):
     return j - i if seps else 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _period_ok(cp, flags, core, end):
     """Whether a period right after the core ``cp[core:end]`` is split off
     (``words._period_suffix``): after a digit, a lower-case or uncased letter, or two
@@ -456,7 +456,7 @@ def _period_ok(cp, flags, core, end):
     return end - core >= 2 and f & UPPER and flags[cp[end - 2]] & UPPER
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _mixed_core(cp, flags, i, b, abbrev_hashes, unit_hashes, ends, m):
     """The words of the core at ``cp[i:]`` written to ``ends[m:]``: either letters, an
     apostrophe and letters (``don't`` → ``do n't``, ``I'm`` → ``I 'm``, ``it's`` → ``it
@@ -502,7 +502,7 @@ def _mixed_core(cp, flags, i, b, abbrev_hashes, unit_hashes, ends, m):
     return m
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _contraction(cp, flags, i, j, b, abbrev_hashes, ends, m):
     """Letters ``cp[i:j]``, an apostrophe at ``j``, letters after it (to ``b`` or a
     suffix mark): split as :func:`~.words.split_chunk` splits a clitic."""
@@ -540,17 +540,18 @@ def _contraction(cp, flags, i, j, b, abbrev_hashes, ends, m):
 def _word_kind(cp, flags, a, b):
     """Kind bits of the word ``cp[a:b]``: punctuation (not alphanumeric at its start, all
     punctuation), holding a letter, one sentence terminal."""
-    kind = 0
-    punct = not flags[cp[a]] & ALNUM
+    f0 = flags[cp[a]]
+    f_and, f_or = 0xFFFF, 0  # the flags every code point has, that any has
     for i in range(a, b):
         f = flags[cp[i]]
-        if not f & PUNCT:
-            punct = False
-        if f & ALPHA:
-            kind |= _K_ALPHA
-    if punct:
+        f_and &= f
+        f_or |= f
+    kind = 0
+    if not f0 & ALNUM and f_and & PUNCT:
         kind |= _K_PUNCT
-    if b - a == 1 and flags[cp[a]] & STERM:
+    if f_or & ALPHA:
+        kind |= _K_ALPHA
+    if b - a == 1 and f0 & STERM:
         kind |= _K_STERM
     return kind
 
