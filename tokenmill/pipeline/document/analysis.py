@@ -161,14 +161,15 @@ def code_points(text: str) -> np.ndarray:
     return np.array(text).reshape(1).view(np.uint32)
 
 
-def _complex_lengths(text: str, starts: np.ndarray, ends: np.ndarray) -> list[int]:
+def _complex_lengths(text: str, hard: list[list[int]]) -> list[int]:
     """Word counts then word lengths, chunk after chunk, of the chunks ``text[a:b]`` that
-    the Python splitter splits (cached per distinct chunk)."""
+    the Python splitter splits (``hard``: [chunk index, a, b] each; cached per distinct
+    chunk)."""
     cache = _CHUNK_LENGTHS
     if len(cache) > MAX_CHUNK_CACHE:
         cache.clear()
     out: list[int] = []
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+    for _, a, b in hard:
         chunk = text[a:b]
         lens = cache.get(chunk)
         if lens is None:
@@ -183,13 +184,12 @@ def split_text(text: str) -> TextWords:
     cp = code_points(text)
     if len(cp) and cp.max() >= 0x10000:
         _fill_flags(cp)
-    starts, ends, n_words, chunk_word, whash, wlen, kind, totals = _scan_words(
-        cp, FLAGS, _ABBREV_HASHES, _UNIT_HASHES)
-    hard = np.flatnonzero(n_words < 0)
+    chunk_word, whash, wlen, kind, totals, hard = _scan_words(cp, FLAGS, _ABBREV_HASHES,
+                                                              _UNIT_HASHES)
     if len(hard):
-        lengths = np.array(_complex_lengths(text, starts[hard], ends[hard]), np.int64)
-        chunk_word, whash, wlen, kind = _splice(cp, FLAGS, starts, n_words, chunk_word,
-                                                whash, wlen, kind, totals, lengths)
+        lengths = np.array(_complex_lengths(text, hard.tolist()), np.int64)
+        chunk_word, whash, wlen, kind = _splice(cp, FLAGS, chunk_word, whash, wlen, kind,
+                                                totals, hard, lengths)
     return TextWords(chunk_word, whash, wlen, kind, totals, cp)
 
 
@@ -559,14 +559,13 @@ def _word_kind(cp, flags, a, b):
 @numba.njit(cache=True)
 def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
     """One pass over ``cp``: its whitespace chunks (``str.split()``) and the words of the
-    chunks :func:`_split_kernel` splits, as the arrays of :class:`TextWords`; a chunk the
-    kernel leaves to the Python splitter has -1 in ``n_words`` and no words yet (see
-    :func:`_splice`). Returns (int64 chunk starts, ends, words per chunk, chunk -> first
-    word, word hashes, word lengths, uint8 word kinds, int64[4] totals)."""
+    chunks the kernel splits, as the arrays of :class:`TextWords`; a chunk the kernel
+    leaves to the Python splitter has no words yet (see :func:`_splice`). Returns (int64
+    chunk -> first word, word hashes, word lengths, uint8 word kinds, int64[4] totals,
+    int64[chunks left, 3]: chunk index, start, end)."""
     n = cp.shape[0]
-    starts = np.empty(n // 2 + 1, np.int64)
-    ends = np.empty(n // 2 + 1, np.int64)
-    nw = np.empty(n // 2 + 1, np.int64)
+    hard = np.empty((n // 2 + 1, 3), np.int64)
+    n_hard = 0
     chunk_word = np.empty(n // 2 + 2, np.int64)
     whash = np.empty(n, np.int64)
     wlen = np.empty(n, np.int64)
@@ -593,7 +592,7 @@ def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
             f_or |= f
             h = (h ^ np.uint64(c)) * np.uint64(0x100000001B3)
             i += 1
-        starts[k], ends[k], chunk_word[k] = a, i, w
+        chunk_word[k] = w
         if f_and & (ALPHA | DIGIT) and not _maybe_cannot(cp, flags, a, i):
             # letters only or digits only: one word (the most common chunk)
             kd = _K_ALPHA if f_or & ALPHA else 0
@@ -608,13 +607,10 @@ def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
                 totals[2] += i - a
             if kd & _K_ALPHA:
                 totals[3] += 1
-            nw[k] = 1
             w += 1
         elif i - a == 1:  # one character: no rule splits it
             w = _put_word(cp, flags, a, i, w, whash, wlen, kind, totals)
-            nw[k] = 1
-        elif f_body & ALPHA and _one_suffix(cp, flags, a, i, _finish(h),
-                                                            abbrev_hashes):
+        elif f_body & ALPHA and _one_suffix(cp, flags, a, i, _finish(h), abbrev_hashes):
             # letters and one closing mark ("word," "word." "word)"): two words
             whash[w], wlen[w], kind[w] = _finish(h_body), i - 1 - a, _K_ALPHA
             totals[0] += 1
@@ -622,10 +618,11 @@ def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
             totals[2] += i - 1 - a
             totals[3] += 1
             w = _put_word(cp, flags, i - 1, i, w + 1, whash, wlen, kind, totals)
-            nw[k] = 2
         else:
             m = _split_kernel(cp, flags, a, i, abbrev_hashes, unit_hashes, tmp)
-            nw[k] = m
+            if m < 0:
+                hard[n_hard, 0], hard[n_hard, 1], hard[n_hard, 2] = k, a, i
+                n_hard += 1
             e0 = a
             for t in range(m):
                 e = tmp[t]
@@ -633,8 +630,8 @@ def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
                 e0 = e
         k += 1
     chunk_word[k] = w
-    return (starts[:k], ends[:k], nw[:k], chunk_word[:k + 1], whash[:w].copy(),
-            wlen[:w].copy(), kind[:w].copy(), totals)
+    return (chunk_word[:k + 1].copy(), whash[:w].copy(), wlen[:w].copy(), kind[:w].copy(),
+            totals, hard[:n_hard].copy())
 
 
 @numba.njit(cache=True, inline="always")
@@ -685,32 +682,33 @@ def _put_word(cp, flags, a, e, w, whash, wlen, kind, totals):
 
 
 @numba.njit(cache=True)
-def _splice(cp, flags, starts, n_words, chunk_word, whash, wlen, kind, totals, lengths):
+def _splice(cp, flags, chunk_word, whash, wlen, kind, totals, hard, lengths):
     """The word arrays of :func:`_scan_words` with the words of the chunks it left to
-    Python put in their places (``lengths``: for each chunk with ``n_words`` -1, in order,
-    its word count then its word lengths); ``totals`` gets their counts."""
-    k = starts.shape[0]
+    Python (``hard``: chunk index, start, end) put in their places (``lengths``: for each
+    of them, in order, its word count then its word lengths); ``totals`` gets their
+    counts."""
+    k = chunk_word.shape[0] - 1
     total = whash.shape[0]
     p = 0
-    for j in range(k):
-        if n_words[j] < 0:
-            total += lengths[p]
-            p += lengths[p] + 1
+    for _ in range(hard.shape[0]):
+        total += lengths[p]
+        p += lengths[p] + 1
     cw = np.empty(k + 1, np.int64)
     h2 = np.empty(total, np.int64)
     l2 = np.empty(total, np.int64)
     k2 = np.empty(total, np.uint8)
-    w, p = 0, 0
+    w, p, q = 0, 0, 0
     for j in range(k):
         cw[j] = w
-        if n_words[j] < 0:
-            a = starts[j]
+        if q < hard.shape[0] and hard[q, 0] == j:
+            a = hard[q, 1]
             m = lengths[p]
             for t in range(m):
                 e = a + lengths[p + 1 + t]
                 w = _put_word(cp, flags, a, e, w, h2, l2, k2, totals)
                 a = e
             p += m + 1
+            q += 1
         else:
             for r in range(chunk_word[j], chunk_word[j + 1]):
                 h2[w], l2[w], k2[w] = whash[r], wlen[r], kind[r]

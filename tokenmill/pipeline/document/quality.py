@@ -82,6 +82,17 @@ def split_into_words(text: str) -> list[str]:
     return split_words(text)
 
 
+@numba.njit(cache=True)
+def _bullets_ellipses(bits):
+    """(lines, lines starting with a bullet, lines ending in an ellipsis) of the line
+    table's bits (:func:`analysis.line_table`)."""
+    bullets, ellipses = 0, 0
+    for b in bits:
+        bullets += (b & 4) != 0  # LINE_BULLET
+        ellipses += (b & 8) != 0  # LINE_ELLIPSIS
+    return bits.shape[0], bullets, ellipses
+
+
 class GopherQualityFilter(DocumentFilter):
     """Gopher quality rules (Rae et al. 2021, A.1.1; datatrove ``GopherQualityFilter``).
 
@@ -148,15 +159,13 @@ class GopherQualityFilter(DocumentFilter):
             record("gopher_quality:symbol_ratio", max(hashes, ellipses))
             if max(hashes, ellipses) > c["max_symbol_word_ratio"]:
                 return "gopher_quality:symbol_ratio"
-        bits = analysis.line_table(tw)[4]
-        if n_lines := len(bits):  # text.splitlines(), stripped
+        n_lines, bullets, ell = _bullets_ellipses(analysis.line_table(tw)[4])
+        if n_lines:  # text.splitlines(), stripped
             if c["max_bullet_lines_ratio"] is not None:
-                bullets = np.count_nonzero(bits & analysis.LINE_BULLET)
                 record("gopher_quality:bullet_lines", bullets / n_lines)
                 if bullets / n_lines > c["max_bullet_lines_ratio"]:
                     return "gopher_quality:bullet_lines"
             if c["max_ellipsis_lines_ratio"] is not None:
-                ell = np.count_nonzero(bits & analysis.LINE_ELLIPSIS)
                 record("gopher_quality:ellipsis_lines", ell / n_lines)
                 if ell / n_lines > c["max_ellipsis_lines_ratio"]:
                     return "gopher_quality:ellipsis_lines"
