@@ -92,6 +92,7 @@ def _check_c4_lines(texts: list[str]) -> None:
         a, b = Document(key=str(i), source="s", text=text), Document(key=str(i), source="s",
                                                                       text=text)
         assert (kernel.reason(a), a.text) == (python.reason(b), b.text)
+        assert analysis.word_count(a.text) == len(split_words(a.text))  # before analyze
         joined, fresh = analysis.analyze(a.text), analysis.split_text(a.text)
         for name in ("chunk_word", "word_hash", "word_len", "word_kind", "totals",
                      "code_points"):  # the kept lines' words, not split again
