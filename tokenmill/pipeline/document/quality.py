@@ -281,8 +281,9 @@ def _c4_verdicts(chunks, longest, term, min_words, no_term, citations, max_len):
 
 @numba.njit(cache=True)
 def _c4_kept(verdict, starts, ends, chunks, term, citations):
-    """(int64 lines per verdict, int64[kept, 2] (start, end) of the kept lines, the kept
-    lines without a citation mark as interleaved [first, end) chunk spans)."""
+    """(int64 lines per verdict, int64[2 * kept] (start, end) of the kept lines
+    interleaved, the kept lines without a citation mark as interleaved [first, end) chunk
+    spans)."""
     counts = np.zeros(_LOOK + 1, np.int64)
     n_kept, n_plain = 0, 0
     for i in range(verdict.shape[0]):
@@ -290,14 +291,14 @@ def _c4_kept(verdict, starts, ends, chunks, term, citations):
         if verdict[i] == 0:
             n_kept += 1
             n_plain += not (citations and term[i] & 2)
-    pairs = np.empty((n_kept, 2), np.int64)
+    pairs = np.empty(2 * n_kept, np.int64)
     spans = np.empty(2 * n_plain, np.int64)
     k, p, pos = 0, 0, 0
     for i in range(verdict.shape[0]):
         pos += chunks[i]
         if verdict[i] == 0:
-            pairs[k, 0], pairs[k, 1] = starts[i], ends[i]
-            k += 1
+            pairs[k], pairs[k + 1] = starts[i], ends[i]
+            k += 2
             if not (citations and term[i] & 2):
                 spans[p], spans[p + 1] = pos - chunks[i], pos
                 p += 2
@@ -414,7 +415,8 @@ class C4QualityFilter(DocumentFilter):
                                      c["remove_citations"])
         self._add_drops(counts)
         self.line_stats["line_total"] += len(starts)
-        kept += [text[a:b] for a, b in pairs.tolist()]
+        flat = iter(pairs.tolist())  # start, end, start, end, ...
+        kept += [text[a:b] for a, b in zip(flat, flat, strict=True)]
         if edited:
             cited += edited.values()
             for j, i in enumerate(np.flatnonzero(verdict == 0).tolist()):
