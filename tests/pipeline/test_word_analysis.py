@@ -14,11 +14,13 @@ import pytest
 
 from tests.shared import corpora
 from tokenmill.pipeline.document import analysis
-from tokenmill.pipeline.document.quality import C4QualityFilter
+from tokenmill.pipeline.document.quality import C4_POLICY_SUBSTRINGS, C4QualityFilter
 from tokenmill.pipeline.document.repetition import (
     _find_duplicates,
     _split_lines,
     duplicates,
+    fineweb_lines,
+    gopher_duplicates,
     line_ends_counts,
 )
 from tokenmill.pipeline.document.words import (
@@ -90,6 +92,7 @@ def _check_c4_lines(texts: list[str]) -> None:
         a, b = Document(key=str(i), source="s", text=text), Document(key=str(i), source="s",
                                                                       text=text)
         assert (kernel.reason(a), a.text) == (python.reason(b), b.text)
+        assert analysis.word_count(a.text) == len(split_words(a.text))  # before analyze
         joined, fresh = analysis.analyze(a.text), analysis.split_text(a.text)
         for name in ("chunk_word", "word_hash", "word_len", "word_kind", "totals",
                      "code_points"):  # the kept lines' words, not split again
@@ -151,3 +154,25 @@ def test_duplicate_lines_and_paragraphs_count_as_the_python_lists():
         assert [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == lines
         assert line_ends_counts(cp, analysis.FLAGS, starts, ends, 3) == (
             sum(ln[-1] in SENTENCE_TERMINALS for ln in lines), sum(len(ln) <= 3 for ln in lines))
+        para, line = duplicates(cp, "para")[:3], duplicates(cp, "line")[:3]
+        assert gopher_duplicates(cp, analysis.FLAGS) == (*para, *line)
+        n, _, chars, _, _ = duplicates(cp, "nonblank")
+        assert fineweb_lines(cp, analysis.FLAGS, 3) == (
+            n, chars, *line_ends_counts(cp, analysis.FLAGS, starts, ends, 3))
+
+
+def test_line_table_marks_every_line_c4_must_read():
+    """A line whose ``lower()`` holds ``{``, ``javascript``, ``lorem ipsum`` or a policy
+    phrase has the ``LINE_LOOK`` bit, whatever the case of its letters and also when a
+    non-ASCII letter lower-cases to ASCII (the Kelvin sign to ``k``); plain lines have it
+    not, and the other bits are as before."""
+    for phrase in C4_POLICY_SUBSTRINGS + ("javascript", "lorem ipsum"):
+        assert any(w in phrase for w in analysis.LOOK_WORDS), phrase
+    hits = ["We use COOKIES.", "see the Terms Of Use", "JavaScript", "x {y} z", "loRem IpSum",
+            "our privacy policy.", "coo\u212aie", "\u0130 here", "{"]
+    plain = ["Plain words here.", "cook book", "terms of us", "polic y", "[1] a b c."]
+    text = "\n".join(hits + plain)
+    bits = analysis.line_table(analysis.split_text(text))[4]
+    assert [bool(b & analysis.LINE_LOOK) for b in bits.tolist()] == \
+        [True] * len(hits) + [False] * len(plain)
+    assert bits[-1] & analysis.LINE_BRACKET and bits[-1] & analysis.LINE_TERMINAL

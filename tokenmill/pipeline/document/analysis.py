@@ -8,12 +8,15 @@ holds the text, so an id is never reused while cached): the second filter to loo
 document pays one dictionary lookup.
 
 The split follows :mod:`~tokenmill.pipeline.document.words` exactly: the text is cut into
-whitespace chunks (``str.split()``), and the chunks of the common shapes (letters, digits,
-closing and opening marks, hyphenated letters and numbers, units after numbers,
-contractions: :func:`_split_kernel`) are split in numba; every other chunk (about 2.5 %
-of the chunks of web text) is split by
-:func:`~tokenmill.pipeline.document.words.split_chunk` in Python, cached per distinct
-chunk, as word lengths (a chunk's words are its consecutive pieces). Per word the kernel
+whitespace chunks (``str.split()``), and one pass over the code points
+(:func:`_scan_words`) writes the words of the chunks of the common shapes as it goes:
+letters only or digits only (one word, about 80 % of the chunks of web text), letters
+and one closing mark (``word,`` ``word.``, about 10 %), one character, and, through
+:func:`_split_kernel`, closing and opening marks, hyphenated letters and numbers, units
+after numbers, contractions. Every other chunk (about 2.5 % of the chunks of web text) is
+split by :func:`~tokenmill.pipeline.document.words.split_chunk` in Python, cached per
+distinct chunk, as word lengths (a chunk's words are its consecutive pieces), and its
+words are put in their places by :func:`_splice`. Per word the kernel
 keeps its start and length (code points), a 64-bit hash of its code points (FNV-1a, then
 a murmur finalizer: equal words, equal hashes), whether it is punctuation
 (:func:`~.words.is_punct_word`), holds a letter, or is one sentence terminal; character
@@ -21,9 +24,13 @@ classes come from a table over every code point built from ``str`` methods and
 :mod:`unicodedata` (:data:`FLAGS`; the code points above the Basic Multilingual Plane are
 filled in when a text first holds them).
 
+:func:`line_table` gives the text's lines (once per analysis) with the bits the filters
+check per line, among them whether a line may hold a text that C4 looks for
+(``LINE_LOOK``), so that C4 reads only those lines in Python.
+
 A filter that edits a text by keeping some of its lines (C4) hands the new text over with
 :func:`remember_joined`: its analysis is then gathered from the old one's arrays when a
-later filter first asks for it, not split again.
+later filter first asks for it, not split again (:func:`word_count` does not even gather).
 
 :func:`release` empties the per-text cache (call it when a block's document stages are
 done, to free the memory early); it also empties itself past ``MAX_CACHED_WORDS`` words.
@@ -86,6 +93,13 @@ FLAGS = np.zeros(0x110000, np.uint16)
 FLAGS[:0x10000] = [_flags_of(c) for c in range(0x10000)]
 
 
+def flags_for(cp: np.ndarray) -> np.ndarray:
+    """:data:`FLAGS`, its entries for the code points of ``cp`` (uint32) filled in."""
+    if len(cp) and cp.max() >= 0x10000:
+        _fill_flags(cp)
+    return FLAGS
+
+
 def _fill_flags(cp: np.ndarray) -> None:
     """Fill the :data:`FLAGS` entries of the astral code points of ``cp``."""
     high = cp[cp >= 0x10000]
@@ -121,9 +135,13 @@ class TextWords:
         return int(_count_sentences(self.word_kind, self.chunk_word, chunk_starts,
                                     chunk_ends))
 
-    def stop_word_count(self, stop_hashes: np.ndarray) -> int:
-        """Distinct words among ``stop_hashes`` (sorted int64 hashes, :func:`hashes_of`)."""
-        return int(_distinct_hits(self.word_hash, stop_hashes))
+    def stop_word_count(self, stop_hashes: np.ndarray, min_len: int = 0,
+                        max_len: int = 1 << 62) -> int:
+        """Distinct words among ``stop_hashes`` (sorted int64 hashes, :func:`hashes_of`);
+        ``min_len``, ``max_len``: the shortest and longest of those words' lengths (code
+        points; words of other lengths are not looked up)."""
+        return int(_distinct_hits(self.word_hash, self.word_len, stop_hashes, min_len,
+                                  max_len))
 
 
 _TEXTS: dict[int, tuple[str, TextWords]] = {}
@@ -135,18 +153,23 @@ _CHUNK_LENGTHS: dict[str, tuple[int, ...]] = {}
 
 
 def code_points(text: str) -> np.ndarray:
-    """uint32[len(text)] code points of ``text`` (lone surrogates kept as they are)."""
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    """uint32[len(text)] code points of ``text`` (lone surrogates and NULs kept as they
+    are; numpy's UCS-4 copy of the string, faster than encoding to UTF-32 for text
+    beyond Latin-1)."""
+    if not text:
+        return np.zeros(0, np.uint32)
+    return np.array(text).reshape(1).view(np.uint32)
 
 
-def _complex_lengths(text: str, starts: np.ndarray, ends: np.ndarray) -> list[int]:
+def _complex_lengths(text: str, hard: list[list[int]]) -> list[int]:
     """Word counts then word lengths, chunk after chunk, of the chunks ``text[a:b]`` that
-    the Python splitter splits (cached per distinct chunk)."""
+    the Python splitter splits (``hard``: [chunk index, a, b] each; cached per distinct
+    chunk)."""
     cache = _CHUNK_LENGTHS
     if len(cache) > MAX_CHUNK_CACHE:
         cache.clear()
     out: list[int] = []
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+    for _, a, b in hard:
         chunk = text[a:b]
         lens = cache.get(chunk)
         if lens is None:
@@ -161,11 +184,13 @@ def split_text(text: str) -> TextWords:
     cp = code_points(text)
     if len(cp) and cp.max() >= 0x10000:
         _fill_flags(cp)
-    starts, ends, n_words, word_ends = _scan_chunks(cp, FLAGS, _ABBREV_HASHES, _UNIT_HASHES)
-    hard = np.flatnonzero(n_words < 0)
-    lengths = np.array(_complex_lengths(text, starts[hard], ends[hard]) if len(hard) else [],
-                       np.int64)
-    return TextWords(*_words(cp, FLAGS, starts, n_words, word_ends, lengths), cp)
+    chunk_word, whash, wlen, kind, totals, hard = _scan_words(cp, FLAGS, _ABBREV_HASHES,
+                                                              _UNIT_HASHES)
+    if len(hard):
+        lengths = np.array(_complex_lengths(text, hard.tolist()), np.int64)
+        chunk_word, whash, wlen, kind = _splice(cp, FLAGS, chunk_word, whash, wlen, kind,
+                                                totals, hard, lengths)
+    return TextWords(chunk_word, whash, wlen, kind, totals, cp)
 
 
 def analyze(text: str) -> TextWords:
@@ -177,6 +202,27 @@ def analyze(text: str) -> TextWords:
     if joined is not None and joined[0] is text:
         return _remember(text, _joined(*joined))
     return _remember(text, split_text(text))
+
+
+def word_count(text: str) -> int:
+    """``analyze(text).totals[N_WORDS]``, without gathering the words of a text that
+    :func:`remember_joined` announced (a sum over its chunk ranges)."""
+    hit = _TEXTS.get(id(text))
+    if hit is not None and hit[0] is text:
+        return int(hit[1].totals[N_WORDS])
+    joined = _JOINED.get(id(text))
+    if joined is not None and joined[0] is text:
+        return _span_words(joined[1].chunk_word, joined[2], joined[3])
+    return int(analyze(text).totals[N_WORDS])
+
+
+@numba.njit(cache=True)
+def _span_words(chunk_word, chunk_starts, chunk_ends):
+    """Words in the chunk ranges ``chunk_starts[j]:chunk_ends[j]``."""
+    n = 0
+    for j in range(chunk_starts.shape[0]):
+        n += chunk_word[chunk_ends[j]] - chunk_word[chunk_starts[j]]
+    return n
 
 
 def _remember(text: str, tw: TextWords) -> TextWords:
@@ -312,13 +358,13 @@ def _lower_like(f):
     return (f & ALPHA and not f & UPPER and not f & TITLE) or f & MARK
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _is_abbreviation(cp, a, b, abbrev_hashes):
     i = np.searchsorted(abbrev_hashes, _hash(cp, a, b))
     return i < abbrev_hashes.shape[0] and abbrev_hashes[i] == _hash(cp, a, b)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _split_kernel(cp, flags, a, b, abbrev_hashes, unit_hashes, ends):
     """The words of the chunk ``cp[a:b]`` as :func:`~.words.split_chunk` splits it, for
     the chunks of a few shapes: one character, letters only or digits only (one word),
@@ -383,7 +429,7 @@ def _ascii_digit(c):
     return c >= 48 and c <= 57
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _digit_core(cp, i, b):
     """Length of the ASCII digit runs joined by single ``. , : /`` at ``cp[i:b]``, if there
     is a separator among them (one word: no infix rule splits between digits there), else
@@ -399,7 +445,7 @@ def _digit_core(cp, i, b):
     return j - i if seps else 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _period_ok(cp, flags, core, end):
     """Whether a period right after the core ``cp[core:end]`` is split off
     (``words._period_suffix``): after a digit, a lower-case or uncased letter, or two
@@ -410,7 +456,7 @@ def _period_ok(cp, flags, core, end):
     return end - core >= 2 and f & UPPER and flags[cp[end - 2]] & UPPER
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _mixed_core(cp, flags, i, b, abbrev_hashes, unit_hashes, ends, m):
     """The words of the core at ``cp[i:]`` written to ``ends[m:]``: either letters, an
     apostrophe and letters (``don't`` → ``do n't``, ``I'm`` → ``I 'm``, ``it's`` → ``it
@@ -456,7 +502,7 @@ def _mixed_core(cp, flags, i, b, abbrev_hashes, unit_hashes, ends, m):
     return m
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _contraction(cp, flags, i, j, b, abbrev_hashes, ends, m):
     """Letters ``cp[i:j]``, an apostrophe at ``j``, letters after it (to ``b`` or a
     suffix mark): split as :func:`~.words.split_chunk` splits a clitic."""
@@ -490,108 +536,185 @@ def _contraction(cp, flags, i, j, b, abbrev_hashes, ends, m):
     return m + 1
 
 
+@numba.njit(cache=True, inline="always")
+def _word_kind(cp, flags, a, b):
+    """Kind bits of the word ``cp[a:b]``: punctuation (not alphanumeric at its start, all
+    punctuation), holding a letter, one sentence terminal."""
+    f0 = flags[cp[a]]
+    f_and, f_or = 0xFFFF, 0  # the flags every code point has, that any has
+    for i in range(a, b):
+        f = flags[cp[i]]
+        f_and &= f
+        f_or |= f
+    kind = 0
+    if not f0 & ALNUM and f_and & PUNCT:
+        kind |= _K_PUNCT
+    if f_or & ALPHA:
+        kind |= _K_ALPHA
+    if b - a == 1 and f0 & STERM:
+        kind |= _K_STERM
+    return kind
+
+
 @numba.njit(cache=True)
-def _scan_chunks(cp, flags, abbrev_hashes, unit_hashes):
-    """Whitespace chunks of ``cp`` (``str.split()``): int64 starts, ends, words per
-    chunk (-1: for the Python splitter), and the end offsets of the words of the others,
-    chunk after chunk."""
+def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
+    """One pass over ``cp``: its whitespace chunks (``str.split()``) and the words of the
+    chunks the kernel splits, as the arrays of :class:`TextWords`; a chunk the kernel
+    leaves to the Python splitter has no words yet (see :func:`_splice`). Returns (int64
+    chunk -> first word, word hashes, word lengths, uint8 word kinds, int64[4] totals,
+    int64[chunks left, 3]: chunk index, start, end)."""
     n = cp.shape[0]
-    starts = np.empty(n // 2 + 1, np.int64)
-    ends = np.empty(n // 2 + 1, np.int64)
-    k = 0
-    i = 0
+    hard = np.empty((n // 2 + 1, 3), np.int64)
+    n_hard = 0
+    chunk_word = np.empty(n // 2 + 2, np.int64)
+    whash = np.empty(n, np.int64)
+    wlen = np.empty(n, np.int64)
+    kind = np.empty(n, np.uint8)
+    totals = np.zeros(4, np.int64)
+    tmp = np.empty(n + 1, np.int64)
+    k, w, i = 0, 0, 0
     while i < n:
         while i < n and flags[cp[i]] & SPACE:
             i += 1
         if i == n:
             break
         a = i
-        while i < n and not flags[cp[i]] & SPACE:
+        h = np.uint64(0xCBF29CE484222325)
+        h_body = h
+        f_and, f_or, f_body = 0xFFFF, 0, 0xFFFF
+        while i < n:
+            c = cp[i]
+            f = flags[c]
+            if f & SPACE:
+                break
+            f_body, h_body = f_and, h
+            f_and &= f
+            f_or |= f
+            h = (h ^ np.uint64(c)) * np.uint64(0x100000001B3)
             i += 1
-        starts[k] = a
-        ends[k] = i
-        k += 1
-    nw = np.empty(k, np.int64)
-    word_ends = np.empty(n + 1, np.int64)
-    w = 0
-    for j in range(k):
-        m = _split_kernel(cp, flags, starts[j], ends[j], abbrev_hashes, unit_hashes,
-                          word_ends[w:])
-        nw[j] = m
-        if m > 0:
-            w += m
-    return starts[:k], ends[:k], nw, word_ends[:w]
-
-
-@numba.njit(cache=True, inline="always")
-def _word_kind(cp, flags, a, b):
-    """Kind bits of the word ``cp[a:b]``: punctuation (not alphanumeric at its start, all
-    punctuation), holding a letter, one sentence terminal."""
-    kind = 0
-    punct = not flags[cp[a]] & ALNUM
-    for i in range(a, b):
-        f = flags[cp[i]]
-        if not f & PUNCT:
-            punct = False
-        if f & ALPHA:
-            kind |= _K_ALPHA
-    if punct:
-        kind |= _K_PUNCT
-    if b - a == 1 and flags[cp[a]] & STERM:
-        kind |= _K_STERM
-    return kind
-
-
-@numba.njit(cache=True)
-def _words(cp, flags, starts, n_words, word_ends, lengths):
-    """Per-word arrays of the chunks (``word_ends``: the kernel's word ends;
-    ``lengths``: for each chunk with ``n_words`` -1, in order, its word count then its
-    word lengths)."""
-    k = starts.shape[0]
-    total = 0
-    p = 0
-    for j in range(k):
-        if n_words[j] < 0:
-            total += lengths[p]
-            p += lengths[p] + 1
-        else:
-            total += n_words[j]
-    chunk_word = np.empty(k + 1, np.int64)
-    whash = np.empty(total, np.int64)
-    wlen = np.empty(total, np.int64)
-    kind = np.empty(total, np.uint8)
-    totals = np.zeros(4, np.int64)
-    w = 0
-    p = 0
-    r = 0
-    for j in range(k):
-        chunk_word[j] = w
-        a = starts[j]
-        m = n_words[j]
-        if m < 0:
-            m = lengths[p]
-            p += 1
-        for _ in range(m):
-            if n_words[j] < 0:
-                e = a + lengths[p]
-                p += 1
-            else:
-                e = word_ends[r]
-                r += 1
-            whash[w] = _hash(cp, a, e)
-            wlen[w] = e - a
-            kd = _word_kind(cp, flags, a, e)
-            kind[w] = kd
+        chunk_word[k] = w
+        if f_and & (ALPHA | DIGIT) and not _maybe_cannot(cp, flags, a, i):
+            # letters only or digits only: one word (the most common chunk)
+            kd = _K_ALPHA if f_or & ALPHA else 0
+            if not flags[cp[a]] & ALNUM and f_and & PUNCT:
+                kd |= _K_PUNCT
+            if i - a == 1 and f_and & STERM:
+                kd |= _K_STERM
+            whash[w], wlen[w], kind[w] = _finish(h), i - a, kd
             totals[0] += 1
             if not kd & _K_PUNCT:
                 totals[1] += 1
-                totals[2] += e - a
+                totals[2] += i - a
             if kd & _K_ALPHA:
                 totals[3] += 1
             w += 1
-            a = e
+        elif i - a == 1:  # one character: no rule splits it
+            w = _put_word(cp, flags, a, i, w, whash, wlen, kind, totals)
+        elif f_body & ALPHA and _one_suffix(cp, flags, a, i, _finish(h), abbrev_hashes):
+            # letters and one closing mark ("word," "word." "word)"): two words
+            whash[w], wlen[w], kind[w] = _finish(h_body), i - 1 - a, _K_ALPHA
+            totals[0] += 1
+            totals[1] += 1
+            totals[2] += i - 1 - a
+            totals[3] += 1
+            w = _put_word(cp, flags, i - 1, i, w + 1, whash, wlen, kind, totals)
+        else:
+            m = _split_kernel(cp, flags, a, i, abbrev_hashes, unit_hashes, tmp)
+            if m < 0:
+                hard[n_hard, 0], hard[n_hard, 1], hard[n_hard, 2] = k, a, i
+                n_hard += 1
+            e0 = a
+            for t in range(m):
+                e = tmp[t]
+                w = _put_word(cp, flags, e0, e, w, whash, wlen, kind, totals)
+                e0 = e
+        k += 1
     chunk_word[k] = w
-    return chunk_word, whash, wlen, kind, totals
+    return (chunk_word[:k + 1].copy(), whash[:w].copy(), wlen[:w].copy(), kind[:w].copy(),
+            totals, hard[:n_hard].copy())
+
+
+@numba.njit(cache=True, inline="always")
+def _one_suffix(cp, flags, a, b, chunk_hash, abbrev_hashes):
+    """Whether the chunk ``cp[a:b]`` of letters then one other character splits into
+    those two words (``words._split_chunk``'s first shortcut): the letters are not
+    "cannot", the last is one of ``, ; : ! ? ) "``, or a period after a lower-case or
+    uncased letter in a chunk that is not an abbreviation (``chunk_hash``: its hash)."""
+    last = cp[b - 1]
+    if last == 46:
+        if not _lower_like(flags[cp[b - 2]]) or _in_sorted(abbrev_hashes, chunk_hash):
+            return False
+    elif not (last == 44 or last == 59 or last == 58 or last == 33 or last == 63
+              or last == 41 or last == 34):
+        return False
+    return not _maybe_cannot(cp, flags, a, b - 1)
+
+
+@numba.njit(cache=True, inline="always")
+def _in_sorted(hashes, h):
+    """Whether ``h`` is in the sorted int64 array ``hashes``."""
+    i = np.searchsorted(hashes, h)
+    return i < hashes.shape[0] and hashes[i] == h
+
+
+@numba.njit(cache=True, inline="always")
+def _finish(h):
+    """The murmur finalizer of :func:`_hash` on an FNV-1a state ``h`` (uint64)."""
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    return np.int64(h)
+
+
+@numba.njit(cache=True, inline="always")
+def _put_word(cp, flags, a, e, w, whash, wlen, kind, totals):
+    """Write the word ``cp[a:e]`` at index ``w`` of the word arrays, count it in
+    ``totals``; returns ``w + 1``."""
+    kd = _word_kind(cp, flags, a, e)
+    whash[w], wlen[w], kind[w] = _hash(cp, a, e), e - a, kd
+    totals[0] += 1
+    if not kd & _K_PUNCT:
+        totals[1] += 1
+        totals[2] += e - a
+    if kd & _K_ALPHA:
+        totals[3] += 1
+    return w + 1
+
+
+@numba.njit(cache=True)
+def _splice(cp, flags, chunk_word, whash, wlen, kind, totals, hard, lengths):
+    """The word arrays of :func:`_scan_words` with the words of the chunks it left to
+    Python (``hard``: chunk index, start, end) put in their places (``lengths``: for each
+    of them, in order, its word count then its word lengths); ``totals`` gets their
+    counts."""
+    k = chunk_word.shape[0] - 1
+    total = whash.shape[0]
+    p = 0
+    for _ in range(hard.shape[0]):
+        total += lengths[p]
+        p += lengths[p] + 1
+    cw = np.empty(k + 1, np.int64)
+    h2 = np.empty(total, np.int64)
+    l2 = np.empty(total, np.int64)
+    k2 = np.empty(total, np.uint8)
+    w, p, q = 0, 0, 0
+    for j in range(k):
+        cw[j] = w
+        if q < hard.shape[0] and hard[q, 0] == j:
+            a = hard[q, 1]
+            m = lengths[p]
+            for t in range(m):
+                e = a + lengths[p + 1 + t]
+                w = _put_word(cp, flags, a, e, w, h2, l2, k2, totals)
+                a = e
+            p += m + 1
+            q += 1
+        else:
+            for r in range(chunk_word[j], chunk_word[j + 1]):
+                h2[w], l2[w], k2[w] = whash[r], wlen[r], kind[r]
+                w += 1
+    cw[k] = w
+    return cw, h2, l2, k2
 
 
 def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
@@ -599,8 +722,10 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
     (start, end) code point offsets of the stripped line, its whitespace chunks, its
     longest chunk's length, and bits: 1 where it ends in one of ``. ? ! " '`` and not in
     ``...`` (C4's terminal punctuation), 2 where it holds ``[``, 4 where it starts with
-    ``•`` or ``-``, 8 where it ends in ``...`` or ``…`` (Gopher's bullets and ellipses).
-    Computed once per analysis.
+    ``•`` or ``-``, 8 where it ends in ``...`` or ``…`` (Gopher's bullets and ellipses),
+    16 where its ``lower()`` may hold ``{`` or one of :data:`LOOK_WORDS` (it holds one
+    of them with ASCII letters of any case, or a character whose ``lower()`` holds an
+    ASCII one: lines without the bit hold none). Computed once per analysis.
     """
     if tw.lines is None:
         tw.lines = _line_table(tw.code_points, FLAGS)
@@ -608,7 +733,37 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
 
 
 #: bits of :func:`line_table`'s last array
-LINE_TERMINAL, LINE_BRACKET, LINE_BULLET, LINE_ELLIPSIS = 1, 2, 4, 8
+LINE_TERMINAL, LINE_BRACKET, LINE_BULLET, LINE_ELLIPSIS, LINE_LOOK = 1, 2, 4, 8, 16
+#: the lower-case ASCII words behind ``LINE_LOOK``: every text C4 looks for in a line's
+#: ``lower()`` (``javascript``, ``lorem ipsum``, its policy phrases) holds one of them
+LOOK_WORDS = ("javascript", "lorem ipsum", "terms of use", "policy", "cookie")
+_LOOK_CP = np.array([ord(c) for w in LOOK_WORDS for c in w], np.int64)
+_LOOK_AT = np.cumsum([0] + [len(w) for w in LOOK_WORDS]).astype(np.int64)
+# per ASCII code point: 1 + the index in LOOK_WORDS of the word it starts (their first
+# letters differ; either case), -1 for "[" (LINE_BRACKET), -2 for "{", else 0
+_ASCII_LOOK = np.zeros(128, np.int64)
+for _k, _w in enumerate(LOOK_WORDS):
+    _ASCII_LOOK[ord(_w[0])] = _ASCII_LOOK[ord(_w[0].upper())] = _k + 1
+_ASCII_LOOK[ord("[")], _ASCII_LOOK[ord("{")] = -1, -2
+
+
+@numba.njit(cache=True, inline="always")
+def _folded(c):
+    """An ASCII upper-case letter's lower case; any other code point as it is."""
+    return c + 32 if c >= 65 and c <= 90 else c
+
+
+@numba.njit(cache=True)
+def _look_word_at(cp, j, b, k):
+    """Whether word ``k`` of :data:`LOOK_WORDS` is at ``cp[j:b]``'s start (ASCII case
+    folded)."""
+    s, e = _LOOK_AT[k], _LOOK_AT[k + 1]
+    if e - s > b - j:
+        return False
+    for t in range(1, e - s):
+        if _folded(cp[j + t]) != _LOOK_CP[s + t]:
+            return False
+    return True
 
 
 @numba.njit(cache=True)
@@ -623,56 +778,71 @@ def _is_line_break(c, nxt):
 
 
 @numba.njit(cache=True)
+def _line_bits(cp, flags, a, b):
+    """The :func:`line_table` bits of the stripped, non-empty line ``cp[a:b]``."""
+    last = cp[b - 1]
+    ends_term = last == 46 or last == 63 or last == 33 or last == 34 or last == 39
+    dots = b - a >= 3 and cp[b - 1] == 46 and cp[b - 2] == 46 and cp[b - 3] == 46
+    bits = (ends_term and not dots) | 4 * (cp[a] == 0x2022 or cp[a] == 45) \
+        | 8 * (dots or last == 0x2026)
+    for j in range(a, b):
+        c = cp[j]
+        if c < 128:
+            v = _ASCII_LOOK[c]
+            if v == 0:
+                continue
+            if v == -1:
+                bits |= 2
+            elif v == -2 or _look_word_at(cp, j, b, v - 1):
+                bits |= 16
+        elif flags[c] & LOWER_ASCII:
+            bits |= 16
+    return bits
+
+
+@numba.njit(cache=True)
 def _line_table(cp, flags):
     n = cp.shape[0]
-    cap = 1
-    for i in range(n):
-        if _is_line_break(cp[i], 0):
-            cap += 1
-    starts = np.empty(cap, np.int64)
-    ends = np.empty(cap, np.int64)
-    chunks = np.zeros(cap, np.int64)
-    longest = np.zeros(cap, np.int64)
-    term = np.zeros(cap, np.int64)
+    starts = np.empty(n + 1, np.int64)
+    ends = np.empty(n + 1, np.int64)
+    chunks = np.empty(n + 1, np.int64)
+    longest = np.empty(n + 1, np.int64)
+    term = np.empty(n + 1, np.int64)
     k = 0
     i = 0
     while i < n:
-        a = i
+        chunks[k], longest[k], term[k] = 0, 0, 0
+        a, b = i, -1  # b: the end of the last chunk seen
+        c0 = -1  # the start of the chunk in progress
         br = 0
         while i < n:
-            br = _is_line_break(cp[i], cp[i + 1] if i + 1 < n else 0)
-            if br:
-                break
-            i += 1
-        b = i
-        i += br
-        while a < b and flags[cp[a]] & SPACE:
-            a += 1
-        while b > a and flags[cp[b - 1]] & SPACE:
-            b -= 1
-        starts[k], ends[k] = a, b
-        j = a
-        while j < b:
-            while j < b and flags[cp[j]] & SPACE:
-                j += 1
-            c0 = j
-            while j < b and not flags[cp[j]] & SPACE:
-                j += 1
-            if j > c0:
-                chunks[k] += 1
-                longest[k] = max(longest[k], j - c0)
-        if b > a:
-            last = cp[b - 1]
-            ends_term = last == 46 or last == 63 or last == 33 or last == 34 or last == 39
-            dots = b - a >= 3 and cp[b - 1] == 46 and cp[b - 2] == 46 and cp[b - 3] == 46
-            term[k] = (ends_term and not dots) | 4 * (cp[a] == 0x2022 or cp[a] == 45) \
-                | 8 * (dots or last == 0x2026)
-            for j in range(a, b):
-                if cp[j] == 91:
-                    term[k] |= 2
+            c = cp[i]
+            if flags[c] & SPACE:
+                br = _is_line_break(c, cp[i + 1] if i + 1 < n else 0)
+                if c0 >= 0:
+                    chunks[k] += 1
+                    longest[k] = max(longest[k], i - c0)
+                    b, c0 = i, -1
+                if br:
                     break
+            elif c0 < 0:
+                if b < 0:
+                    a = i
+                c0 = i
+            i += 1
+        if c0 >= 0:
+            chunks[k] += 1
+            longest[k] = max(longest[k], i - c0)
+            b = i
+        if b < 0:  # a blank line: stripped to nothing at its end
+            starts[k], ends[k] = i, i
+        else:
+            starts[k], ends[k] = a, b
+            term[k] = _line_bits(cp, flags, a, b)
+        i += br
         k += 1
-    return starts[:k], ends[:k], chunks[:k], longest[:k], term[:k]
+    return (starts[:k].copy(), ends[:k].copy(), chunks[:k].copy(), longest[:k].copy(),
+            term[:k].copy())
 
 
 @numba.njit(cache=True)
@@ -695,10 +865,13 @@ def _count_sentences(kind, chunk_word, line_starts, line_ends):
 
 
 @numba.njit(cache=True)
-def _distinct_hits(whash, stop_hashes):
+def _distinct_hits(whash, wlen, stop_hashes, min_len, max_len):
     seen = np.zeros(stop_hashes.shape[0], np.bool_)
     n = 0
-    for h in whash:
+    for j in range(whash.shape[0]):
+        if wlen[j] < min_len or wlen[j] > max_len:
+            continue
+        h = whash[j]
         i = np.searchsorted(stop_hashes, h)
         if i < stop_hashes.shape[0] and stop_hashes[i] == h and not seen[i]:
             seen[i] = True

@@ -119,10 +119,10 @@ class Measures:
 
     def record(self, rule: str, value: float) -> None:
         """Add one document's measure for ``rule`` (a key of :data:`RULES`)."""
-        vals = self.values.get(rule)
-        if vals is None:
-            vals = self.values[rule] = []
-        vals.append(value)
+        try:
+            self.values[rule].append(value)
+        except KeyError:
+            self.values[rule] = [value]
 
     def histograms(self) -> dict[str, list[int]]:
         """``{rule: counts}`` (``RULES[rule].bins`` int counts), rules in sorted order."""

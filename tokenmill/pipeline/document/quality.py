@@ -38,11 +38,17 @@ from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any
 
+import numba
 import numpy as np
 
 from tokenmill.pipeline.document import analysis
 from tokenmill.pipeline.document.measures import Measures
-from tokenmill.pipeline.document.repetition import duplicates, line_ends_counts, ngram_stats
+from tokenmill.pipeline.document.repetition import (
+    duplicates,
+    fineweb_lines,
+    gopher_duplicates,
+    ngram_stats,
+)
 from tokenmill.pipeline.document.words import SENTENCE_TERMINALS, split_words
 from tokenmill.pipeline.stage import Document, DocumentFilter
 
@@ -74,6 +80,17 @@ def split_into_words(text: str) -> list[str]:
     """Words and punctuation marks of ``text``
     (:func:`tokenmill.pipeline.document.words.split_words`)."""
     return split_words(text)
+
+
+@numba.njit(cache=True)
+def _bullets_ellipses(bits):
+    """(lines, lines starting with a bullet, lines ending in an ellipsis) of the line
+    table's bits (:func:`analysis.line_table`)."""
+    bullets, ellipses = 0, 0
+    for b in bits:
+        bullets += (b & 4) != 0  # LINE_BULLET
+        ellipses += (b & 8) != 0  # LINE_ELLIPSIS
+    return bits.shape[0], bullets, ellipses
 
 
 class GopherQualityFilter(DocumentFilter):
@@ -115,6 +132,8 @@ class GopherQualityFilter(DocumentFilter):
         self.stop_words = frozenset(stop_words) if stop_words is not None \
             else GOPHER_STOP_WORDS
         self._stop_hashes = analysis.hashes_of(self.stop_words)
+        lengths = [len(w) for w in self.stop_words] or [0]
+        self._stop_lengths = (min(lengths), max(lengths))
         self.measures = Measures()
 
     def reason(self, doc: Document) -> str | None:
@@ -140,15 +159,13 @@ class GopherQualityFilter(DocumentFilter):
             record("gopher_quality:symbol_ratio", max(hashes, ellipses))
             if max(hashes, ellipses) > c["max_symbol_word_ratio"]:
                 return "gopher_quality:symbol_ratio"
-        bits = analysis.line_table(tw)[4]
-        if n_lines := len(bits):  # text.splitlines(), stripped
+        n_lines, bullets, ell = _bullets_ellipses(analysis.line_table(tw)[4])
+        if n_lines:  # text.splitlines(), stripped
             if c["max_bullet_lines_ratio"] is not None:
-                bullets = np.count_nonzero(bits & analysis.LINE_BULLET)
                 record("gopher_quality:bullet_lines", bullets / n_lines)
                 if bullets / n_lines > c["max_bullet_lines_ratio"]:
                     return "gopher_quality:bullet_lines"
             if c["max_ellipsis_lines_ratio"] is not None:
-                ell = np.count_nonzero(bits & analysis.LINE_ELLIPSIS)
                 record("gopher_quality:ellipsis_lines", ell / n_lines)
                 if ell / n_lines > c["max_ellipsis_lines_ratio"]:
                     return "gopher_quality:ellipsis_lines"
@@ -157,7 +174,7 @@ class GopherQualityFilter(DocumentFilter):
             if n_alpha / n_words < c["min_alpha_words_ratio"]:
                 return "gopher_quality:alpha_ratio"
         if c["min_stop_words"] is not None:
-            n_stop = tw.stop_word_count(self._stop_hashes)
+            n_stop = tw.stop_word_count(self._stop_hashes, *self._stop_lengths)
             record("gopher_quality:stop_words", n_stop)
             if n_stop < c["min_stop_words"]:
                 return "gopher_quality:stop_words"
@@ -208,8 +225,9 @@ class GopherRepetitionFilter(DocumentFilter):
         n_chars = len(text)
         record = self.measures.record
         tw = analysis.analyze(text)
-        for part in ("para", "line"):
-            n_items, n_dup, dup_chars, _, _ = duplicates(tw.code_points, part)
+        dups = gopher_duplicates(tw.code_points, analysis.FLAGS)
+        for k, part in enumerate(("para", "line")):
+            n_items, n_dup, dup_chars = dups[3 * k:3 * k + 3]
             if c[f"dup_{part}_frac"] is not None and n_items:
                 record(f"gopher_repetition:dup_{part}_frac", n_dup / n_items)
                 if n_dup / n_items > c[f"dup_{part}_frac"]:
@@ -219,20 +237,72 @@ class GopherRepetitionFilter(DocumentFilter):
                 if dup_chars / n_chars > c[f"dup_{part}_char_frac"]:
                     return f"gopher_repetition:dup_{part}_char_frac"
         top, dup = ngram_stats(tw.word_hash, tw.word_len, self._top_n, self._dup_n)
-        if len(top):
+        top, dup = top.tolist(), dup.tolist()  # Python ints: no numpy scalar arithmetic
+        if top:
             record("gopher_repetition:top_n_gram", top[0] / n_chars)
-        if len(dup):  # reached only by the documents every top n-gram rule kept
-            fails_top = any(ch / n_chars > f for (_, f), ch in zip(c["top_n_grams"], top,
-                                                                   strict=True))
-            if not fails_top:
-                record("gopher_repetition:dup_n_gram", dup[0] / n_chars)
         for (n, frac), chars in zip(c["top_n_grams"], top, strict=True):
             if chars / n_chars > frac:
                 return f"gopher_repetition:top_{n}_gram"
+        if dup:  # reached only by the documents every top n-gram rule kept
+            record("gopher_repetition:dup_n_gram", dup[0] / n_chars)
         for (n, frac), chars in zip(c["dup_n_grams"], dup, strict=True):
             if chars / n_chars > frac:
                 return f"gopher_repetition:dup_{n}_gram"
         return None
+
+
+_LOOK = len(_DROPS)  # a line's verdict while it waits for the text checks in Python
+
+
+@numba.njit(cache=True)
+def _c4_verdicts(chunks, longest, term, min_words, no_term, citations, max_len):
+    """C4's line drops on the line table's numbers (:func:`analysis.line_table`): per
+    line a _DROPS index, 0 where kept, ``_LOOK`` where the text checks decide (a citation
+    mark, or ``LINE_LOOK``); and how many lines are ``_LOOK``."""
+    n = chunks.shape[0]
+    verdict = np.empty(n, np.int64)
+    n_look = 0
+    for i in range(n):
+        if max_len != -1 and longest[i] > max_len:
+            verdict[i] = 1
+        elif citations and term[i] & 2:  # LINE_BRACKET: checked after the marks go
+            verdict[i] = _LOOK
+        elif no_term and not term[i] & 1:  # LINE_TERMINAL
+            verdict[i] = 2
+        elif chunks[i] < min_words:
+            verdict[i] = 3
+        elif term[i] & 16:  # LINE_LOOK
+            verdict[i] = _LOOK
+        else:
+            verdict[i] = 0
+        n_look += verdict[i] == _LOOK
+    return verdict, n_look
+
+
+@numba.njit(cache=True)
+def _c4_kept(verdict, starts, ends, chunks, term, citations):
+    """(int64 lines per verdict, int64[2 * kept] (start, end) of the kept lines
+    interleaved, the kept lines without a citation mark as interleaved [first, end) chunk
+    spans)."""
+    counts = np.zeros(_LOOK + 1, np.int64)
+    n_kept, n_plain = 0, 0
+    for i in range(verdict.shape[0]):
+        counts[verdict[i]] += 1
+        if verdict[i] == 0:
+            n_kept += 1
+            n_plain += not (citations and term[i] & 2)
+    pairs = np.empty(2 * n_kept, np.int64)
+    spans = np.empty(2 * n_plain, np.int64)
+    k, p, pos = 0, 0, 0
+    for i in range(verdict.shape[0]):
+        pos += chunks[i]
+        if verdict[i] == 0:
+            pairs[k], pairs[k + 1] = starts[i], ends[i]
+            k += 2
+            if not (citations and term[i] & 2):
+                spans[p], spans[p + 1] = pos - chunks[i], pos
+                p += 2
+    return counts, pairs, spans
 
 
 class C4QualityFilter(DocumentFilter):
@@ -288,12 +358,12 @@ class C4QualityFilter(DocumentFilter):
         spans: list[int] = []  # kept lines as [first, end) chunk of the document's chunks
         cited: list[str] = []  # kept lines that lost a citation mark
         if self._fast:
-            why = self._kernel_lines(doc.text, kept, spans, cited)
+            why, at = self._kernel_lines(doc.text, kept, cited)
         else:
             why = self._lines(lines, kept, spans, cited)
+            at = np.array(spans, np.int64)
         if why is not None:
             return why
-        at = np.array(spans, np.int64)
         if c["split_paragraph"]:
             n_sent = analysis.analyze(doc.text).sentences(at[0::2], at[1::2])
             for line in cited:
@@ -312,61 +382,77 @@ class C4QualityFilter(DocumentFilter):
             doc.text = text
         return None
 
-    def _kernel_lines(self, text: str, kept: list[str], spans: list[int],
-                      cited: list[str]) -> str | None:
-        """:meth:`_lines` of ``text.splitlines()``: the per-line checks on numbers from
-        :func:`analysis.line_table` (numba), only the lines they keep (and those holding
-        ``[``, whose checks follow the removal of citation marks) looked at in Python."""
+    def _kernel_lines(self, text: str, kept: list[str], cited: list[str]
+                      ) -> tuple[str | None, np.ndarray]:
+        """:meth:`_lines` of ``text.splitlines()`` on numbers from
+        :func:`analysis.line_table` (in numba, :func:`_c4_verdicts`); only the lines
+        they keep that may hold what the text checks look for (``LINE_LOOK``) or a
+        citation mark are looked at in Python. Returns the reason (or ``None``) and the
+        kept lines' chunk spans, interleaved as ``_lines`` leaves them in ``spans``."""
         c = self.c
         starts, ends, chunks, longest, term = analysis.line_table(analysis.analyze(text))
-        verdict = np.zeros(len(starts), np.int64)  # 0: kept so far, else the _DROPS index
-        verdict[chunks < c["min_words_per_line"]] = 3
-        if c["filter_no_terminal_punct"]:
-            verdict[(term & analysis.LINE_TERMINAL) == 0] = 2
-        marked = (term & analysis.LINE_BRACKET) != 0 if c["remove_citations"] else \
-            np.zeros(len(term), np.bool_)
-        verdict[marked] = 0
-        if c["max_word_length"] != -1:
-            verdict[longest > c["max_word_length"]] = 1
-        pos = np.cumsum(chunks)
-        for i in np.flatnonzero(verdict == 0).tolist():
+        verdict, n_look = _c4_verdicts(chunks, longest, term, c["min_words_per_line"],
+                                       c["filter_no_terminal_punct"], c["remove_citations"],
+                                       c["max_word_length"])
+        edited: dict[int, str] = {}  # kept lines that lost a citation mark
+        for i in np.flatnonzero(verdict == _LOOK).tolist() if n_look else ():
             line = text[starts[i]:ends[i]]
-            if marked[i]:
+            marked = c["remove_citations"] and bool(term[i] & analysis.LINE_BRACKET)
+            if marked:
                 line = C4_CITATION.sub("", line)
-                if c["filter_no_terminal_punct"] and (
-                        not line.endswith(C4_END_PUNCTUATION) or line.endswith(C4_ELLIPSIS)):
-                    verdict[i] = 2
-                    continue
-                if chunks[i] < c["min_words_per_line"]:
-                    verdict[i] = 3
-                    continue
-            low = line.lower()
-            if c["filter_lorem_ipsum"] and "lorem ipsum" in low:
+            why = self._look_at(line, marked, int(chunks[i]))
+            if isinstance(why, int):
+                verdict[i] = why
+            elif why is not None:
                 self._count_drops(verdict[:i])
                 self.line_stats["line_total"] += i + 1
-                return "c4:lorem_ipsum"
-            if c["filter_javascript"] and "javascript" in low:
-                verdict[i] = 4
-                continue
-            if c["filter_curly_bracket"] and "{" in line:
-                self._count_drops(verdict[:i])
-                self.line_stats["line_total"] += i + 1
-                return "c4:curly_bracket"
-            if c["filter_policy"] and _C4_POLICY.search(low):
-                verdict[i] = 5
-                continue
-            if marked[i]:
-                cited.append(line)
+                return why, _WHOLE
             else:
-                spans += [int(pos[i] - chunks[i]), int(pos[i])]
-            kept.append(line)
-        self._count_drops(verdict)
+                verdict[i] = 0
+                if marked:
+                    edited[i] = line
+        counts, pairs, at = _c4_kept(verdict, starts, ends, chunks, term,
+                                     c["remove_citations"])
+        self._add_drops(counts)
         self.line_stats["line_total"] += len(starts)
+        flat = iter(pairs.tolist())  # start, end, start, end, ...
+        kept += [text[a:b] for a, b in zip(flat, flat, strict=True)]
+        if edited:
+            cited += edited.values()
+            for j, i in enumerate(np.flatnonzero(verdict == 0).tolist()):
+                kept[j] = edited.get(i, kept[j])
+        return None, at
+
+    def _look_at(self, line: str, marked: bool, n_chunks: int) -> int | str | None:
+        """C4's text checks on one stripped line that the line table keeps (``marked``:
+        it held a citation mark, now removed): a _DROPS index if the line goes, a reason
+        if the document goes, else ``None``."""
+        c = self.c
+        if marked:
+            if c["filter_no_terminal_punct"] and (
+                    not line.endswith(C4_END_PUNCTUATION) or line.endswith(C4_ELLIPSIS)):
+                return 2
+            if n_chunks < c["min_words_per_line"]:
+                return 3
+        low = line.lower()
+        if c["filter_lorem_ipsum"] and "lorem ipsum" in low:
+            return "c4:lorem_ipsum"
+        if c["filter_javascript"] and "javascript" in low:
+            return 4
+        if c["filter_curly_bracket"] and "{" in line:
+            return "c4:curly_bracket"
+        if c["filter_policy"] and _C4_POLICY.search(low):
+            return 5
         return None
 
     def _count_drops(self, verdict: np.ndarray) -> None:
-        counts = np.bincount(verdict, minlength=len(_DROPS))
-        for name, n in zip(_DROPS, counts.tolist(), strict=True):
+        """Count the dropped lines of ``verdict`` (int64 _DROPS indices per line) in
+        ``line_stats``."""
+        self._add_drops(np.bincount(verdict, minlength=len(_DROPS)))
+
+    def _add_drops(self, counts: np.ndarray) -> None:
+        """Add ``counts`` (int64 lines per _DROPS index, maybe more) to ``line_stats``."""
+        for name, n in zip(_DROPS, counts.tolist(), strict=False):
             if name and n:
                 self.line_stats[name] += n
 
@@ -460,15 +546,14 @@ class FineWebQualityFilter(DocumentFilter):
     def reason(self, doc: Document) -> str | None:
         c = self.c
         text = doc.text
-        tw = analysis.analyze(text)
-        n_lines, _, dup_chars, starts, ends = duplicates(tw.code_points, "nonblank")
+        cp = analysis.code_points(text)
+        n_lines, dup_chars, n_term, n_short = fineweb_lines(cp, analysis.flags_for(cp),
+                                                            c["short_line_length"])
         if not n_lines:
             return "fineweb:empty"
         record = self.measures.record
-        if self._terminals:
-            n_term, n_short = line_ends_counts(tw.code_points, analysis.FLAGS, starts, ends,
-                                               c["short_line_length"])
-        else:
+        if not self._terminals:
+            _, _, _, starts, ends = duplicates(cp, "nonblank")
             lines = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
             n_term = sum(map(str.endswith, lines, repeat(self.stop_chars)))
             n_short = sum(map(c["short_line_length"].__ge__, map(len, lines)))
@@ -484,7 +569,7 @@ class FineWebQualityFilter(DocumentFilter):
         record("fineweb:char_dup_ratio", ratio)
         if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
-        n_words = int(tw.totals[analysis.N_WORDS])
+        n_words = analysis.word_count(text)
         if n_words:
             record("fineweb:list_ratio", text.count("\n") / n_words)
         if n_words and text.count("\n") / n_words > c["new_line_ratio"]:

@@ -88,7 +88,9 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
         (int64[len(top_ns)], int64[len(dup_ns)]): per n of ``top_ns`` the characters of
         the most frequent n-gram (its words joined by one space) times its count, ties to
         the first seen; per n of ``dup_ns`` the characters in duplicated n-grams, after a
-        repeat skipping past it. 0 where the document has fewer than n words.
+        repeat skipping past it. 0 where the document has fewer than n words. Once the
+        n-grams of a ``dup_ns`` size are all distinct, the longer ones are too (0, not
+        counted).
     """
     nw = wh.shape[0]
     top = np.zeros(top_ns.shape[0], np.int64)
@@ -100,6 +102,7 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
         max_n = max(max_n, n)
     if nw == 0 or max_n == 0:
         return top, dup
+    zero_n = max_n  # a dup n whose n-grams are all distinct
     csum = np.zeros(nw + 1, np.int64)
     for i in range(nw):
         csum[i + 1] = csum[i] + wl[i]
@@ -112,7 +115,12 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
     slot_first = np.empty(1 << bits, np.int64)
     keys = wh.copy()
     gen = 0
+    max_top = 0
+    for n in top_ns:
+        max_top = max(max_top, n)
     for n in range(1, min(max_n, nw) + 1):
+        if n > max_top and n > zero_n:
+            break  # no n-gram of more than zero_n words repeats: the rest stay 0
         m = nw - n + 1
         if n > 1:
             for i in range(m):
@@ -126,6 +134,8 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
             if dup_ns[t] == n:
                 gen += 1
                 dup[t] = _dup_chars(keys, m, n, csum, slot_gen, slot_key, gen, bits)
+                if dup[t] == 0:  # every n-gram distinct, so every longer one too
+                    zero_n = min(zero_n, n)
     return top, dup
 
 
@@ -222,6 +232,37 @@ def duplicates(cp: np.ndarray, part: str
         n += 1
         n_dup += cp[0] == 10  # the second "" repeats the first
     return n, int(n_dup), int(dup_chars), starts, ends
+
+
+@numba.njit(cache=True)
+def gopher_duplicates(cp, flags):
+    """:func:`duplicates` of ``"para"`` then of ``"line"`` in one call: int64 (paragraphs,
+    repeated ones, characters in them, lines, repeated ones, characters in them)."""
+    starts, ends = _para_segments(cp, flags)
+    n_paras = starts.shape[0]
+    p_dup, p_chars = _segment_duplicates(cp, starts, ends)
+    starts, ends = _line_segments(cp, False, flags)
+    l_dup, l_chars = _segment_duplicates(cp, starts, ends)
+    n_lines = starts.shape[0]
+    if cp.shape[0] and cp[0] == 10:  # "" before the first line
+        n_lines += 1
+    if cp.shape[0] and cp[cp.shape[0] - 1] == 10:  # "" after the last, repeating the first
+        n_lines += 1
+        if cp[0] == 10:
+            l_dup += 1
+    return n_paras, p_dup, p_chars, n_lines, l_dup, l_chars
+
+
+@numba.njit(cache=True)
+def fineweb_lines(cp, flags, short_length):
+    """FineWeb's line measures of a text (``cp``: its code points; ``flags``:
+    :data:`~.analysis.FLAGS`) in one call: int64 (non-blank lines, characters in the
+    repeated ones as :func:`duplicates` counts them, lines ending in a sentence terminal,
+    lines of at most ``short_length`` code points), the lines as ``"nonblank"``."""
+    starts, ends = _line_segments(cp, True, flags)
+    _, dup_chars = _segment_duplicates(cp, starts, ends)
+    n_term, n_short = line_ends_counts(cp, flags, starts, ends, short_length)
+    return starts.shape[0], dup_chars, n_term, n_short
 
 
 @numba.njit(cache=True)
