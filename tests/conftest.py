@@ -39,18 +39,23 @@ def shutdown_ray() -> None:
 #: a Ray start costs seconds, and the curation, n-gram and manifest tests start dozens
 SHARED_RAY_DIRS = ("manifests", "ngram", "pipeline")
 
+#: module fixtures that start a Ray of their own for their module's tests (higher-scoped
+#: fixtures are set up before ``_shared_ray``, which must then leave that Ray running)
+OWN_RAY_FIXTURES = ("ray_up",)
+
 
 @pytest.fixture(autouse=True)
 def _shared_ray(request):
     """Start the suite's one Ray before a test of ``SHARED_RAY_DIRS`` (a no-op when it is
     up; ``run_datamix`` then reuses it and leaves it running), and shut Ray down before
-    any other test, so that forking and multi-process tests (the trainer's) start clean."""
+    any other test (except one using a module's own Ray, ``OWN_RAY_FIXTURES``), so that
+    forking and multi-process tests (the trainer's) start clean."""
     from tokenmill.raysession import init_ray
 
     folder = Path(str(request.node.fspath)).parent.name
     if folder in SHARED_RAY_DIRS:
         init_ray(num_cpus=2)
-    else:
+    elif not set(OWN_RAY_FIXTURES) & set(request.fixturenames):
         shutdown_ray()
     yield
 

@@ -81,8 +81,8 @@ def hub_runs(tmp_path_factory, hf_cache, hf_config_cache) -> dict:
     root = tmp_path_factory.mktemp("hub-runs")
     cache, _, _ = hf_config_cache
     started = {
-        "main": _start(root / "main", hf_cache, "tokenmill-test/c4-sample@main"),
-        COMMIT: _start(root / COMMIT, hf_cache, f"tokenmill-test/c4-sample@{COMMIT}"),
+        "main": _start(root / "main", hf_cache, "tokenmill-test/c4-sample@main", C4_LINES,
+                       "--no-report"),
         "missing": _start(root / "missing", hf_cache, "tokenmill-test/not-cached@main"),
         "multi": _start(root / "multi", cache, f"tokenmill-test/multi@{COMMIT}",
                         ("config: en", "split: validation"), "--no-report", "--write-text"),
@@ -90,9 +90,10 @@ def hub_runs(tmp_path_factory, hf_cache, hf_config_cache) -> dict:
     return {name: (root / name, _finish(p)) for name, p in started.items()}
 
 
-@pytest.mark.parametrize("revision", ["main", COMMIT])
-def test_hub_source_offline(hub_runs, revision):
-    folder, r = hub_runs[revision]
+def test_hub_source_offline(hub_runs):
+    """`tokenmill run` of a Hub source named by its branch, from the HF cache alone: the
+    manifest records the commit the branch points to and the card's license."""
+    folder, r = hub_runs["main"]
     assert r.returncode == 0, r.stderr
     m = json.loads((folder / "out" / "manifest.json").read_text())
     (src,) = m["sources"]
@@ -100,6 +101,15 @@ def test_hub_source_offline(hub_runs, revision):
     assert src["revision"] == COMMIT  # the pinned commit is recorded, not the branch
     assert src["license"] == "odc-by"  # from the cached dataset card
     assert src["counts"]["read"] == 300 and src["counts"]["kept"] == 300
+
+
+def test_hub_source_pinned_to_its_commit_offline(tmp_path, hf_cache):
+    """A Hub source pinned to a commit resolves from the HF cache alone to that commit and
+    the snapshot's files (what the run above reads, the branch resolved first)."""
+    r = subprocess.run([sys.executable, "-c", _RESOLVE, f"tokenmill-test/c4-sample@{COMMIT}"],
+                       capture_output=True, text=True, env=_env(tmp_path, hf_cache))
+    assert r.stdout.startswith(f"OK hub:tokenmill-test/c4-sample {COMMIT} ["), r.stdout + r.stderr
+    assert "'data/" in r.stdout, r.stdout
 
 
 def test_hub_source_missing_offline_names_source(hub_runs):

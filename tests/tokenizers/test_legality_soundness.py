@@ -25,7 +25,10 @@ def test_gpt2_every_corpus_pair_is_possible(gpt2_table, gpt2_corpus_pairs, corpu
     assert bad == [], [gpt2_table.explain(a, b) + f" in {key}" for a, b, key in bad]
 
 
+@pytest.mark.slow  # cl100k-encodes every corpus; gpt2's pairs are checked in the fast suite
 def test_cl100k_every_corpus_pair_is_possible(cl100k_table, cl100k_corpus_pairs, corpus_docs):
+    """Every adjacent token pair of every shared corpus, encoded with cl100k_base (over ten
+    million), is possible in the cl100k table."""
     bad, n = _corpus_violations(cl100k_table, cl100k_corpus_pairs, corpus_docs)
     assert n > 10_000_000
     assert bad == [], [cl100k_table.explain(a, b) + f" in {key}" for a, b, key in bad]
@@ -48,7 +51,10 @@ def test_gpt2_adversarial_contexts(gpt2_table):
     _adversarial(gpt2_table, "gpt2")
 
 
+@pytest.mark.slow  # on the corpus-row cl100k table; gpt2's contexts: the fast suite
 def test_cl100k_adversarial_contexts(cl100k_table):
+    """Impossible pairs sampled from the cl100k table's rows never appear when their
+    junction is placed in adversarial contexts and encoded by tiktoken."""
     _adversarial(cl100k_table, "cl100k_base", rows=cl100k_table.rows)
 
 
@@ -111,14 +117,17 @@ def test_fuzzed_texts(name):
         assert violations == [], [(table.explain(a, b), t) for a, b, t in violations[:10]]
 
 
-def test_cl100k_rows_match_plain_python_reference(cl100k_table):
-    """(Beside the other cl100k tests: one pytest-xdist worker builds the cl100k table.)"""
+def test_cl100k_rows_match_plain_python_reference():
+    """Rows of a cl100k_base table (two random ones and four common tokens', built for those
+    rows alone) equal the plain-Python reference."""
+    from tokenmill.tokenizers.legality import LegalityTable
+
     enc = get_encoding("cl100k_base")
     rng = np.random.default_rng(4)
-    rows = [int(r) for r in rng.choice(cl100k_table.rows, 2, replace=False)]
-    built = set(cl100k_table.rows.tolist())
-    rows += [r for r in (token_id(enc, b) for b in (b" ", b"12", b".\n", b"'s")) if r in built]
-    check_rows_against_reference(cl100k_table, "cl100k_base", rows)
+    rows = [int(r) for r in rng.choice(len(mergeable_ranks(enc)), 2, replace=False)]
+    rows += [token_id(enc, b) for b in (b" ", b"12", b".\n", b"'s")]
+    table = LegalityTable.build("cl100k_base", rows=np.unique(rows))
+    check_rows_against_reference(table, "cl100k_base", rows)
 
 
 @pytest.fixture(scope="module")

@@ -436,6 +436,7 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: T.TrainConfig, q) -> None
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned torch processes; the ranks' rows: test_curation_loader_...
 def test_ddp_two_ranks_match_single_process(datamix, tmp_path):
     """torchrun-style data parallel (gloo, 2 CPU ranks x 2 sequences) gives the losses of one
     process with 4 sequences per step: same data split, all-reduced gradients."""

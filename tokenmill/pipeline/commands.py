@@ -152,6 +152,23 @@ def blocks_line(res) -> str:
             f"reused/blocks per stage: {per_stage})   wall time: {res.seconds:.1f} s")
 
 
+def _report(args: argparse.Namespace) -> int:
+    from tokenmill.pipeline.report.curation_report import write_report
+
+    res = write_report(args.output_dir)
+    print(f"wrote {res.html} and {len(res.images)} plots"
+          + (f"; skipped: {', '.join(sorted(res.skipped))}" if res.skipped else ""))
+    return 0
+
+
+def _add_report_parser(sub: argparse._SubParsersAction) -> None:
+    """``tokenmill report OUTPUT_DIR`` (the report module, with every stage behind it, is
+    imported when the command runs, not when the parser is built)."""
+    p = sub.add_parser("report", help="write report.html + PNG plots for a run")
+    p.add_argument("output_dir", help="a curation run's output folder (with manifest.json)")
+    p.set_defaults(func=_report)
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from tokenmill.cliargs import add_output_argument, add_quiet_argument
 
@@ -180,9 +197,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    "(OUT/text/, loadable with datasets.load_dataset; datamix: write_text: true)")
     p.set_defaults(func=_run)
 
-    from tokenmill.pipeline.report.curation_report import add_report_parser
-
-    add_report_parser(sub)
+    _add_report_parser(sub)
 
     from tokenmill.pipeline.classifier_train import add_classifier_parser
 

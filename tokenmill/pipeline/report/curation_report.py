@@ -45,13 +45,10 @@ documents are measured by encoding their quarantined text with the run's tokeniz
 for EOT), falling back to characters / 4 when the tokenizer is not available offline;
 beyond :data:`TOKEN_COUNT_BUDGET` bytes of removed text, a systematic sample is encoded
 and the rest estimated from their bytes (the plots' captions say so).
-
-For the CLI, :func:`add_report_parser` adds ``tokenmill report OUTPUT_DIR``.
 """
 
 from __future__ import annotations
 
-import argparse
 import html
 import logging
 import os
@@ -803,17 +800,3 @@ def _html(r: _Report) -> str:
             f"<li>{e(k)}: {e(v)}</li>" for k, v in sorted(r.result.skipped.items())) + "</ul>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
-
-
-def add_report_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``tokenmill report OUTPUT_DIR`` to the CLI's subparsers."""
-    p = subparsers.add_parser("report", help="write report.html + PNG plots for a run")
-    p.add_argument("output_dir", help="a curation run's output folder (with manifest.json)")
-
-    def run(args: argparse.Namespace) -> int:
-        res = write_report(args.output_dir)
-        print(f"wrote {res.html} and {len(res.images)} plots"
-              + (f"; skipped: {', '.join(sorted(res.skipped))}" if res.skipped else ""))
-        return 0
-
-    p.set_defaults(func=run)
