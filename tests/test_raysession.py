@@ -115,7 +115,7 @@ def _square(x: int) -> int:
 
 # long enough for a cancel to reach a running task on a loaded machine (two cores
 # shared by Ray's processes and other tests): a cancel is delivered, not instant
-MARK_AFTER_S = 5.0
+MARK_AFTER_S = 8.0
 
 
 def _fail_or_mark(x: int, marker: str) -> int:
