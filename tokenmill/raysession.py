@@ -272,12 +272,15 @@ class TaskPool:
         return handles[ready[0]], self.result(handles[ready[0]])
 
     def cancel(self, handle: int) -> None:
-        """Cancel the task ``handle`` if it is pending (its result is never read)."""
+        """Cancel the task ``handle`` if it is pending (its result is never read). A task
+        already running is stopped by ending its worker process (Ray then starts another):
+        Ray's gentler cancel raises ``KeyboardInterrupt`` in the task, which does not
+        reach it everywhere (running tasks were seen to finish their work after it)."""
         import ray
 
         ref = self._refs.pop(handle, None)
         if ref is not None:
-            ray.cancel(ref)
+            ray.cancel(ref, force=True)
 
     def close(self) -> None:
         """Cancel every pending task."""
