@@ -217,6 +217,7 @@ class TaskPool:
         self.max_retries = max_retries
         self._remotes: dict[Callable[..., Any], Any] = {}
         self._refs: dict[int, Any] = {}
+        self._cancelled: list[Any] = []  # refs cancelled, not yet seen to have stopped
         self._submitted = 0
 
     def __len__(self) -> int:
@@ -273,19 +274,36 @@ class TaskPool:
 
     def cancel(self, handle: int) -> None:
         """Cancel the task ``handle`` if it is pending (its result is never read). A task
-        already running is stopped by ending its worker process (Ray then starts another):
+        already running is stopped by ending its worker process (Ray then starts another);
         Ray's gentler cancel raises ``KeyboardInterrupt`` in the task, which does not
-        reach it everywhere (running tasks were seen to finish their work after it)."""
+        reach it everywhere. :meth:`close` makes sure the task has stopped."""
         import ray
 
         ref = self._refs.pop(handle, None)
         if ref is not None:
             ray.cancel(ref, force=True)
+            self._cancelled.append(ref)
 
-    def close(self) -> None:
-        """Cancel every pending task."""
+    def close(self, settle_s: float = 60.0) -> None:
+        """Cancel every pending task and wait until every cancelled task has stopped.
+
+        Ray can miss a cancel that arrives while a task is being handed to its worker
+        (ray-project/ray#24359; seen here as a cancelled task running to its end), so a
+        cancelled task that has not stopped is cancelled again every half second, for at
+        most ``settle_s`` seconds.
+        """
+        import time
+
+        import ray
+
         for handle in list(self._refs):
             self.cancel(handle)
+        waiting, deadline = self._cancelled, time.monotonic() + settle_s
+        while waiting and time.monotonic() < deadline:
+            _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0.5)
+            for ref in waiting:
+                ray.cancel(ref, force=True)
+        self._cancelled = []
 
 
 def run_tasks(calls: Sequence[TaskCall], *, ordered: bool = True,
