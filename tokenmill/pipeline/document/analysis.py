@@ -601,12 +601,7 @@ def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
             if i - a == 1 and f_and & STERM:
                 kd |= _K_STERM
             whash[w], wlen[w], kind[w] = _finish(h), i - a, kd
-            totals[0] += 1
-            if not kd & _K_PUNCT:
-                totals[1] += 1
-                totals[2] += i - a
-            if kd & _K_ALPHA:
-                totals[3] += 1
+            _count_word(kd, i - a, totals)
             w += 1
         elif i - a == 1:  # one character: no rule splits it
             w = _put_word(cp, flags, a, i, w, whash, wlen, kind, totals)
@@ -672,13 +667,20 @@ def _put_word(cp, flags, a, e, w, whash, wlen, kind, totals):
     ``totals``; returns ``w + 1``."""
     kd = _word_kind(cp, flags, a, e)
     whash[w], wlen[w], kind[w] = _hash(cp, a, e), e - a, kd
+    _count_word(kd, e - a, totals)
+    return w + 1
+
+
+@numba.njit(cache=True, inline="always")
+def _count_word(kd, n, totals):
+    """Count a word of kind ``kd`` and ``n`` code points in ``totals`` (words, words
+    that are not punctuation and their code points, alphabetic words)."""
     totals[0] += 1
     if not kd & _K_PUNCT:
         totals[1] += 1
-        totals[2] += e - a
+        totals[2] += n
     if kd & _K_ALPHA:
         totals[3] += 1
-    return w + 1
 
 
 @numba.njit(cache=True)
