@@ -27,12 +27,19 @@ WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu 
          "pi rho sigma tau upsilon phi chi psi omega").split()
 
 
-def _run(mix: Path, out: Path) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, datamix: str) -> tuple[subprocess.CompletedProcess, Path, dict,
+                                                 list[dict], dict]:
+    """``tokenmill run`` of the datamix text ``datamix`` into ``tmp_path / "o"`` (one CPU),
+    which must succeed; returns the result, the output folder and its
+    :func:`run_outputs` (manifest, quarantine rows, tokens by key)."""
+    mix, out = tmp_path / "mix.yaml", tmp_path / "o"
+    mix.write_text(datamix)
     cmd = [sys.executable, "-m", "tokenmill.cli", "run", str(mix), "-q", "-o", str(out),
            "--num-cpus", "1"]
     env = {k: v for k, v in os.environ.items() if k != "TOKENMILL_DATA_ROOT"}
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env,
-                          timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return (r, out, *run_outputs(out))
 
 
 def _edits(rows: list[dict], prefix: str) -> dict[str, list[dict]]:
@@ -57,16 +64,12 @@ def test_decontamination_cuts_of_documents_exact_dedup_removed(tmp_path):
     (tmp_path / "web" / "docs.jsonl").write_text(
         "".join(json.dumps({"text": t}) + "\n" for t in texts))
     (tmp_path / "bench.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ex))
-    mix = tmp_path / "mix.yaml"
-    mix.write_text(
+    r, out, manifest, rows, tokens = _run(
+        tmp_path,
         f"name: d\ndata_root: {tmp_path}\ntokenizer: gpt2\nfilters: {{min_words: 5}}\n"
         "sources: [{name: web, path: web, license: cc0-1.0}]\ndecontamination:\n"
         "  eval_sets:\n    - {name: bench, path: bench.jsonl, prompt_field: question, "
         "answer_field: answer, id_field: id}\n  mode: cut\n  n: 8\n")
-    out = tmp_path / "o"
-    r = _run(mix, out)
-    assert r.returncode == 0, r.stderr
-    manifest, rows, tokens = run_outputs(out)
     key = "web/docs.jsonl#{:09d}".format
     removal = {x["key"]: x for x in rows if x["reason"] == "exact_dedup:duplicate"}
     assert set(removal) == {key(4)} and removal[key(4)]["duplicate_of"] == key(3)
@@ -114,16 +117,12 @@ def test_substring_cuts_of_a_document_span_dedup_removed(tmp_path):
     an edit record, and the manifest's counters and the run summary leave it out; every
     edit record rebuilds its kept document, and none is only whitespace."""
     _notice_corpus(tmp_path / "data")
-    mix = tmp_path / "mix.yaml"
-    mix.write_text(
+    r, out, manifest, rows, tokens = _run(
+        tmp_path,
         f"name: s\ntokenizer: gpt2\ndata_root: {tmp_path / 'data'}\n"
         "filters: {min_words: 5}\nsources: [{name: a, path: a, license: cc0-1.0}]\n"
         "substring_dedup: {min_tokens: 20, scope: all}\n"
         "span_dedup: {mode: sentences, min_doc_words: 20}\n")
-    out = tmp_path / "o"
-    r = _run(mix, out)
-    assert r.returncode == 0, r.stderr
-    manifest, rows, tokens = run_outputs(out)
     texts = dict(stage_input(out, ["a"], set()))
     removed = {x["key"]: x for x in rows if x["reason"] == "span_dedup:removed"}
     gone = "a/docs.jsonl#000000002"
