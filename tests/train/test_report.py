@@ -1,4 +1,5 @@
-"""The run summary cannot be misread, and checkpoints rotate (no training: fast)."""
+"""The run summary cannot be misread, a finished run is told from its metrics, and
+checkpoints rotate (no training: fast)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import math
 import torch
 
 from tokenmill.train.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
-from tokenmill.train.report import RunResult, summary_table
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.report import RunResult, StepTimer, summary_table
+from tokenmill.train.train import finished_run
 
 
 def _result(**kw) -> RunResult:
@@ -60,3 +63,42 @@ def test_checkpoints_rotate(tmp_path):
         save_checkpoint(tmp_path, step, {"step": step}, keep=0)  # 0 keeps all
     assert len(list_checkpoints(tmp_path)) == 4
     assert latest_checkpoint(tmp_path).name == "step_0000007.pt"
+
+
+def test_checkpoint_rotation_keeps_the_newest_by_step(tmp_path):
+    """A step saved again stays with keep=1; a step older than those already there is the
+    one rotated out, as it is not among the newest."""
+    for step in (8, 9):
+        save_checkpoint(tmp_path, step, {"step": step}, keep=0)
+    save_checkpoint(tmp_path, 9, {"step": 9}, keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_0000009.pt"]
+    save_checkpoint(tmp_path, 8, {"step": 8}, keep=0)
+    save_checkpoint(tmp_path, 3, {"step": 3}, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_0000008.pt",
+                                                            "step_0000009.pt"]
+
+
+def test_finished_run_is_told_from_its_metrics(tmp_path):
+    """``--resume`` finds a run complete when its metrics.json reached the steps asked for
+    without a pause; a paused run, a run asked for more steps or a folder without metrics
+    has more to do."""
+    def cfg(steps: int) -> TrainConfig:
+        return TrainConfig(data="unused", out_dir=str(tmp_path), steps=steps)
+
+    assert finished_run(cfg(8)) is None
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(_result(stopped_early=True, steps_done=4, plot_path="").to_json())
+    assert finished_run(cfg(8)) is None
+    metrics.write_text(_result().to_json())
+    assert finished_run(cfg(8)).steps_done == 8
+    assert finished_run(cfg(6)).steps_done == 8
+    assert finished_run(cfg(12)) is None
+
+
+def test_step_timer_leaves_the_first_step_out_of_tokens_per_s():
+    timer = StepTimer()
+    timer.add(5.0)  # warm-up and compilation
+    assert math.isnan(timer.tokens_per_s(100))
+    timer.add(1.0)
+    timer.add(1.0)
+    assert timer.tokens_per_s(100) == 100.0 and timer.t_all == 7.0

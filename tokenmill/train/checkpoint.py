@@ -51,10 +51,10 @@ def save_checkpoint(out_dir: str | os.PathLike, step: int, state: dict[str, Any]
     buf = io.BytesIO()
     torch.save(_plain(state), buf)
     path = checkpoint_path(out_dir, step)
+    stale = sorted({*list_checkpoints(out_dir), path})[:-keep] if keep > 0 else []
     atomic_write_bytes(path, buf.getvalue())
-    if keep > 0:
-        for old in list_checkpoints(out_dir)[:-keep]:
-            old.unlink(missing_ok=True)
+    for old in stale:  # deleted only once the new one is written
+        old.unlink(missing_ok=True)
     return path
 
 

@@ -1,15 +1,24 @@
-"""What a run reports: :class:`RunResult` (``metrics.json``), the summary table, the plot,
-written by :func:`write_report`."""
+"""What a run reports: :class:`RunResult` (``metrics.json``), made from the run and its
+:class:`StepTimer` by :func:`run_result`; the summary table and the plot, written with it by
+:func:`write_report`."""
 
 from __future__ import annotations
 
 import io
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from tokenmill.atomic import atomic_write_bytes, atomic_write_text
+from tokenmill.train.config import TrainConfig
+from tokenmill.train.side import SideInput
+
+#: the run's result in its ``out_dir`` (:meth:`RunResult.to_json`), and its loss plot
+METRICS_FILE = "metrics.json"
+PLOT_FILE = "loss.png"
 
 
 @dataclass
@@ -56,6 +65,69 @@ class RunResult:
         for key in ("train_loss", "train_aux_loss"):
             d[key] = [tuple(x) for x in d.get(key, [])]
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class StepTimer:
+    """Wall times (s) of the steps this process runs: all of them (for the LEM wait share)
+    and all but the first (which includes warm-up and compilation), for tokens/s."""
+
+    steps: int = 0
+    t_all: float = 0.0
+    t_timed: float = 0.0
+    t_start: float = field(default_factory=time.perf_counter)
+
+    def add(self, dt: float) -> None:
+        """Count one step that took ``dt`` seconds."""
+        if self.steps > 0:
+            self.t_timed += dt
+        self.t_all += dt
+        self.steps += 1
+
+    def tokens_per_s(self, tokens_per_step: int) -> float:
+        """Tokens/s over the timed steps (NaN before the second step)."""
+        timed = self.steps - 1
+        return tokens_per_step * timed / self.t_timed if self.t_timed > 0 else float("nan")
+
+
+class ReportedRun(Protocol):
+    """What :func:`run_result` reads from a run (a :class:`tokenmill.train.train.Run`)."""
+
+    cfg: TrainConfig
+    step: int
+    checkpoint: Path | None
+    history: list[tuple[int, float]]
+    aux_history: list[tuple[int, float]]
+    val_hist: list[dict[str, float]]
+    flops_per_token: float
+    peak_flops: float
+    device_name: str
+
+    @property
+    def tokens_per_step(self) -> int: ...
+
+    @property
+    def lem(self) -> SideInput | None: ...
+
+
+def run_result(run: ReportedRun, timer: StepTimer, stopped: bool) -> RunResult:
+    """What ``run`` reports now: its losses, speed from ``timer`` (tokens/s, MFU, the LEM
+    wait share), where its files are (:data:`METRICS_FILE` and :data:`PLOT_FILE` in its
+    ``out_dir``); ``stopped``: paused by ``stop_after`` (no loss plot)."""
+    cfg, feed, out = run.cfg, run.lem, Path(run.cfg.out_dir)
+    tps = timer.tokens_per_s(run.tokens_per_step)
+    return RunResult(
+        out_dir=str(out), steps_done=run.step, train_loss=run.history,
+        val=run.val_hist, tokens_per_s=tps,
+        lem_wait_frac=feed.wait_s / timer.t_all if feed and timer.t_all else 0.0,
+        wall_s=time.perf_counter() - timer.t_start,
+        mfu=run.flops_per_token * tps / run.peak_flops if run.peak_flops else math.nan,
+        stopped_early=stopped, steps_total=cfg.steps, device=run.device_name,
+        checkpoint=str(run.checkpoint), metrics_path=str(out / METRICS_FILE),
+        plot_path="" if stopped else str(out / PLOT_FILE),
+        train_aux_loss=run.aux_history, prefix_aux_weight=cfg.prefix_aux_weight,
+        legality=cfg.legality, lem=cfg.lem, lem_ahead=cfg.lem_ahead,
+        lem_mean_lag=feed.mean_lag if feed else math.nan)
 
 
 def _fmt(x: float, spec: str = ".4f") -> str:

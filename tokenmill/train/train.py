@@ -89,7 +89,7 @@ from tokenmill.train.lemside import LEMFeed, LEMSideChannel
 from tokenmill.train.lemworkers import LEMWorkers
 from tokenmill.train.model import GPT, GPTConfig
 from tokenmill.train.ngramside import NgramSideChannel
-from tokenmill.train.report import RunResult, write_report
+from tokenmill.train.report import METRICS_FILE, RunResult, StepTimer, run_result, write_report
 from tokenmill.train.side import SideInput, SideInputKind
 from tokenmill.train.targets import TokenTables, open_tables
 
@@ -255,25 +255,6 @@ class Run:
             }
             save_checkpoint(self.out, self.step, state, keep=self.cfg.keep_checkpoints)
         return path
-
-    def result(self, timer: StepTimer, stopped: bool) -> RunResult:
-        """What the run reports now (:class:`~tokenmill.train.report.RunResult`): losses,
-        speed from ``timer`` (tokens/s, MFU, the LEM wait share), where its files are;
-        ``stopped``: paused by ``stop_after`` (no loss plot)."""
-        cfg, feed = self.cfg, self.lem
-        tps = timer.tokens_per_s(self.tokens_per_step)
-        return RunResult(
-            out_dir=str(self.out), steps_done=self.step, train_loss=self.history,
-            val=self.val_hist, tokens_per_s=tps,
-            lem_wait_frac=feed.wait_s / timer.t_all if feed and timer.t_all else 0.0,
-            wall_s=time.perf_counter() - timer.t_start,
-            mfu=self.flops_per_token * tps / self.peak_flops if self.peak_flops else math.nan,
-            stopped_early=stopped, steps_total=cfg.steps, device=self.device_name,
-            checkpoint=str(self.checkpoint), metrics_path=str(self.out / "metrics.json"),
-            plot_path="" if stopped else str(self.out / "loss.png"),
-            train_aux_loss=self.aux_history, prefix_aux_weight=cfg.prefix_aux_weight,
-            legality=cfg.legality, lem=cfg.lem, lem_ahead=cfg.lem_ahead,
-            lem_mean_lag=feed.mean_lag if feed else math.nan)
 
     def close(self) -> None:
         """Stop the side inputs' producers (predictor process, Ray workers), if any."""
@@ -454,17 +435,14 @@ def setup(cfg: TrainConfig, resume: bool = False) -> Run:
 
 
 def finished_run(cfg: TrainConfig) -> RunResult | None:
-    """The result of a run in ``cfg.out_dir`` that already reached ``cfg.steps`` (its newest
-    checkpoint's step), from its ``metrics.json``; ``None`` if there is more to do."""
-    ck = latest_checkpoint(cfg.out_dir)
-    if ck is None or int(ck.stem.removeprefix("step_")) < cfg.steps:
+    """The result of the run in ``cfg.out_dir`` if it already reached ``cfg.steps``: its
+    ``metrics.json``, written after the final checkpoint, says so (and not paused by
+    ``stop_after``); ``None`` if there is more to do."""
+    metrics = Path(cfg.out_dir) / METRICS_FILE
+    if not metrics.is_file():
         return None
-    metrics = Path(cfg.out_dir) / "metrics.json"
-    if metrics.is_file():
-        r = RunResult.from_json(metrics.read_text())
-        if r.steps_done >= cfg.steps and not r.stopped_early:
-            return r
-    return None
+    r = RunResult.from_json(metrics.read_text())
+    return r if r.steps_done >= cfg.steps and not r.stopped_early else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -511,27 +489,6 @@ def evaluate(
     return out
 
 
-@dataclass
-class StepTimer:
-    """Step wall times: all of them (for the LEM wait share) and all but the first step of
-    this process (which includes warm-up and compilation), for tokens/s."""
-
-    first_step: int
-    t_all: float = 0.0
-    t_timed: float = 0.0
-    n_timed: int = 0
-    t_start: float = field(default_factory=time.perf_counter)
-
-    def add(self, step: int, dt: float) -> None:
-        self.t_all += dt
-        if step > self.first_step + 1:
-            self.t_timed += dt
-            self.n_timed += 1
-
-    def tokens_per_s(self, tokens_per_step: int) -> float:
-        return tokens_per_step * self.n_timed / self.t_timed if self.t_timed > 0 else float("nan")
-
-
 def _progress(run: Run) -> tqdm | None:
     if not (run.master and run.cfg.progress):
         return None
@@ -558,11 +515,12 @@ def _log_val(bar: tqdm | None, run: Run) -> None:
 def training_loop(run: Run) -> RunResult:
     """Train ``run`` from ``run.step`` to ``cfg.steps`` (or ``stop_after``), evaluating every
     ``val_every`` steps and at the end, checkpointing every ``ckpt_every`` steps and at the
-    end; returns the :class:`RunResult` (rank 0 also writes it, see
-    :func:`~tokenmill.train.report.write_report`)."""
+    end; returns the :class:`RunResult` (:func:`~tokenmill.train.report.run_result`, from
+    the run and the :class:`~tokenmill.train.report.StepTimer` of its steps; rank 0 also
+    writes it, :func:`~tokenmill.train.report.write_report`)."""
     cfg = run.cfg
     bar = _progress(run)
-    timer = StepTimer(first_step=run.step)
+    timer = StepTimer()
     if run.step == 0 and cfg.val_every > 0:
         run.val_hist.append({"step": 0, **run.evaluate()})
     stopped = False
@@ -593,7 +551,7 @@ def training_loop(run: Run) -> RunResult:
             if run.tables.prefix is not None:
                 run.aux_history.append((run.step, aux_sum))
             dt = time.perf_counter() - t0
-            timer.add(run.step, dt)
+            timer.add(dt)
             _log_step(bar, run, lr, loss_sum, dt)
 
             if cfg.val_every > 0 and (run.step % cfg.val_every == 0 or run.step == cfg.steps):
@@ -608,7 +566,7 @@ def training_loop(run: Run) -> RunResult:
     finally:
         if bar is not None:
             bar.close()
-    result = run.result(timer, stopped)
+    result = run_result(run, timer, stopped)
     if run.master:
         write_report(result)
     if run.ddp:
