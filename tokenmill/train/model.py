@@ -36,7 +36,6 @@ auxiliary target and the optional legality mask.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -383,10 +382,3 @@ class GPT(nn.Module):
         fused = all(p.is_cuda for p in self.parameters())
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8, fused=fused or None)
 
-
-def estimate_mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:
-    """Model FLOPs utilization: achieved training FLOP/s over ``peak_flops`` (e.g. 989e12 for
-    an H100 SXM in bf16 dense)."""
-    if peak_flops <= 0 or not math.isfinite(tokens_per_s):
-        return float("nan")
-    return flops_per_token * tokens_per_s / peak_flops
