@@ -30,9 +30,11 @@ flight ahead of the step they read); closing it cancels what is still pending.
 :func:`put_shared` puts one large argument (a token stream) in Ray's object store once, for
 many tasks to read without a copy each.
 
-:func:`on_this_node` gives the options that pin a task to the driver's node (for tasks
-sharing ``/dev/shm`` with the driver), :func:`only_this_node` whether every Ray node is
-the driver's machine; :func:`cluster_cpus` the cluster's CPUs (to size batches of tasks).
+:func:`starts_local_ray` tells whether a session would start an embedded Ray (seconds of
+start-up a caller may fill with work of its own). :func:`on_this_node` gives the options
+that pin a task to the driver's node (for tasks sharing ``/dev/shm`` with the driver),
+:func:`only_this_node` whether every Ray node is the driver's machine; :func:`cluster_cpus`
+the cluster's CPUs (to size batches of tasks).
 """
 
 from __future__ import annotations
@@ -129,6 +131,14 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
                  include_dashboard=False, **kwargs)
     return True
+
+
+def starts_local_ray(address: str | None = None) -> bool:
+    """Whether :func:`init_ray` with ``address`` would start an embedded local Ray (no
+    Ray up in this process, no cluster address given or in the environment)."""
+    import ray
+
+    return not ray.is_initialized() and ray_address(address) is None
 
 
 @contextmanager

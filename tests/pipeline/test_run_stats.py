@@ -76,6 +76,8 @@ def test_run_shows_and_keeps_time_per_stage(tmp_path):
         [n for n in row_order() if n in rows], "pipeline order"
     assert stats["cpus"] == 2 and stats["wall_seconds"] > 0 and 0 < stats["busy_share"] <= 1
     assert {"ray start", "prepare", "decide", "tokenize", "write"} <= set(stats["phases"])
+    # units prepared while Ray started are counted and are some of the run's units
+    assert stats["units"] > 1 and 0 <= stats["startup_units"] <= stats["units"]
     manifest = (out / "manifest.json").read_bytes()
     assert b"seconds" not in manifest and STATS_NAME.encode() not in manifest
     html = (out / "report.html").read_text("utf-8")

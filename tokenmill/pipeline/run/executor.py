@@ -56,10 +56,11 @@ from tokenmill.pipeline.run.intermediate import content_hash
 from tokenmill.pipeline.run.prepare_task import PrepareTask, prepare_unit
 from tokenmill.pipeline.run.removals import decide_global
 from tokenmill.pipeline.run.shard_writer import WriteSourceTask, write_source
+from tokenmill.pipeline.run.startup_worker import StartupWorker
 from tokenmill.pipeline.run.stats import STATS_NAME, RunStats
 from tokenmill.pipeline.run.tasks import run_each, run_each_timed
 from tokenmill.pipeline.run.tokenize_task import TokenizeTask, tokenize_block
-from tokenmill.raysession import cluster_cpus, ray_session
+from tokenmill.raysession import cluster_cpus, ray_session, starts_local_ray
 from tokenmill.tokenizers import TokenizerIdentity, same_tokenizer
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class Block:
 class Unit:
     source: ResolvedSource
     files: list[str]
+    size: int = 0  # bytes of its files, as listed (the planned order of work)
     #: [[path, size, sha256]] of its files, as its prepare task hashed them
     hashed: list[list] = field(default_factory=list)
     hash_seconds: float = 0.0
@@ -123,16 +125,20 @@ GROUP_FILES = 256
 GROUP_MIN_FILES = 16
 
 
+def file_size(src: ResolvedSource, rel: str) -> int:
+    """Bytes of ``src``'s file ``rel`` (from the listing for a remote source);
+    :data:`SMALL_FILE_BYTES` for a file that cannot be read now (its task reports it)."""
+    try:
+        return src.sizes[rel] if src.url else (src.root / rel).stat().st_size
+    except (OSError, KeyError):
+        return SMALL_FILE_BYTES
+
+
 def row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
     """Row-format files in units: a file of :data:`SMALL_FILE_BYTES` or more alone, runs
     of smaller ones (in name order) together up to :data:`GROUP_BYTES` / :data:`GROUP_FILES`
     (when the source has at least :data:`GROUP_MIN_FILES` small files)."""
-    sizes = {}
-    for f in rows:
-        try:
-            sizes[f] = src.sizes[f] if src.url else (src.root / f).stat().st_size
-        except OSError:
-            sizes[f] = SMALL_FILE_BYTES  # its task reports it; planned alone
+    sizes = {f: file_size(src, f) for f in rows}
     if sum(1 for n in sizes.values() if n < SMALL_FILE_BYTES) < GROUP_MIN_FILES:
         return [[f] for f in rows]
     groups: list[list[str]] = []
@@ -166,7 +172,8 @@ def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
         groups += [whole[i : i + cfg.files_per_block]
                    for i in range(0, len(whole), cfg.files_per_block)]
         for files in sorted(groups):
-            out.append(Unit(source=src, files=files))
+            out.append(Unit(source=src, files=files,
+                            size=sum(file_size(src, f) for f in files)))
     return out
 
 
@@ -192,11 +199,24 @@ def run_datamix(
         for sc in cfg.sources:  # the stages' inputs (eval sets, models, lists) are read
             for scope in ("document", "global"):  # and refused before Ray starts
                 stage_list.calls(cfg, sc, scope)
+        specs = _prepare_specs(cfg, plan, storage.join(out, "work"))
         stats.phases["plan"] = time.perf_counter() - t0
-        with ray_session(ray_address, num_cpus):
-            stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
-            stats.cpus = cluster_cpus()
-            return _execute(cfg, tok, sources, plan, out, progress, t0, stats)
+        # an embedded Ray takes seconds to start: meanwhile a forked process prepares the
+        # smallest units (Ray gets the largest first)
+        with StartupWorker(prepare_unit, specs, largest_first(plan),
+                           enabled=starts_local_ray(ray_address)) as startup:
+            with ray_session(ray_address, num_cpus):
+                startup.stop()
+                stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
+                stats.cpus = cluster_cpus()
+                return _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
+                                stats)
+
+
+def largest_first(plan: list[Unit]) -> list[int]:
+    """Indices of ``plan``'s units, the most input bytes first (ties in plan order): Ray
+    gets them in this order, so that no large unit starts last and holds the run up."""
+    return sorted(range(len(plan)), key=lambda i: (-plan[i].size, i))
 
 
 def tokenizer_change(cfg: DatamixConfig) -> str | None:
@@ -218,10 +238,9 @@ def tokenizer_change(cfg: DatamixConfig) -> str | None:
             f"will record {loaded.short()}")
 
 
-def _prepare(cfg: DatamixConfig, plan: list[Unit], work: str, progress: bool,
-             stats: RunStats) -> list[Block]:
-    """Hash + read + document stages + global stages' columns, per unit on Ray (their
-    CPU time added to ``stats``)."""
+def _prepare_specs(cfg: DatamixConfig, plan: list[Unit], work: str) -> list[PrepareTask]:
+    """The prepare task of every unit: hash + read + document stages + the global stages'
+    columns."""
     specs = []
     for u in plan:
         sc = u.source.config
@@ -232,7 +251,15 @@ def _prepare(cfg: DatamixConfig, plan: list[Unit], work: str, progress: bool,
             block_documents=cfg.block_documents,
             stages=stage_list.calls(cfg, sc, "document"),
             globals=stage_list.calls(cfg, sc, "global"), url_field=sc.url_field))
-    per_unit = run_each(prepare_unit, specs, "read+normalize", progress)
+    return specs
+
+
+def _prepare(plan: list[Unit], specs: list[PrepareTask], startup: StartupWorker,
+             progress: bool, stats: RunStats) -> list[Block]:
+    """The prepare tasks, per unit on Ray (or in ``startup``'s process, those it took);
+    their CPU time added to ``stats``."""
+    per_unit = run_each(prepare_unit, specs, "read+normalize", progress, startup=startup)
+    stats.units, stats.startup_units = len(specs), len(startup.stop())
     for u, res in zip(plan, per_unit, strict=True):
         u.hashed, u.hash_seconds = res["files"], res["hash_seconds"]
         stats.row("read").add(res["hash_cpu"], blocks=0)
@@ -309,10 +336,11 @@ def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSou
     return [w for w, _ in written]
 
 
-def _execute(cfg, tok, sources, plan, out, progress, t0, stats: RunStats) -> RunResult:
+def _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
+             stats: RunStats) -> RunResult:
     work = storage.join(out, "work")
     lap = _lap_clock(stats)
-    blocks = _prepare(cfg, plan, work, progress, stats)
+    blocks = _prepare(plan, specs, startup, progress, stats)
     lap("prepare")
     removals, records = _decide(cfg, blocks, work, progress, stats)
     lap("decide")

@@ -91,12 +91,15 @@ def row_order() -> list[str]:
 @dataclass
 class RunStats:
     """A run's :class:`StageTime` per row name, the wall seconds of its phases, its wall
-    time and the CPUs of its Ray cluster."""
+    time, the CPUs of its Ray cluster, and its units prepared while Ray started (by the
+    :class:`~tokenmill.pipeline.run.startup_worker.StartupWorker`) of all its units."""
 
     stages: dict[str, StageTime]
     phases: dict[str, float]
     wall_seconds: float = 0.0
     cpus: int = 1
+    startup_units: int = 0
+    units: int = 0
 
     @classmethod
     def empty(cls) -> RunStats:
@@ -137,6 +140,7 @@ class RunStats:
         return {"wall_seconds": round(self.wall_seconds, 3), "cpus": self.cpus,
                 "cpu_seconds": round(self.cpu_seconds, 3),
                 "busy_share": round(self.busy_share(), 4),
+                "units": self.units, "startup_units": self.startup_units,
                 "phases": {k: round(v, 3) for k, v in self.phases.items()}, "stages": rows}
 
     def write(self, out_dir: str | os.PathLike) -> Path:
@@ -183,4 +187,6 @@ def stats_table(stats: RunStats) -> str:
     phases = ", ".join(f"{k} {v:.1f}" for k, v in stats.phases.items())
     lines.append(f"wall {stats.wall_seconds:.1f} s on {stats.cpus} CPUs, "
                  f"{stats.busy_share():.0%} of them busy in stages; phases (wall s): {phases}")
+    if stats.startup_units:
+        lines.append(f"{stats.startup_units} of {stats.units} units prepared while Ray started")
     return "\n".join(lines)

@@ -3,7 +3,8 @@
 
 * :func:`run_each`: one Ray task per spec (a unit to prepare, a block to tokenize, a
   source to write), results in spec order (:func:`run_each_timed`: with each task's CPU
-  seconds);
+  seconds), the first ones possibly run while Ray started
+  (:class:`~tokenmill.pipeline.run.startup_worker.StartupWorker`);
 * :func:`run_batches`: specs grouped into about four Ray tasks per cluster CPU (the
   global stages' map and reduce phases, many small tasks), results in spec order, and
   the largest peak RSS of a task of each description in :data:`TASK_PEAK_RSS`, and
@@ -22,6 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from tokenmill.pipeline.run.startup_worker import StartupWorker
 from tokenmill.raysession import TaskCall, cluster_cpus, run_tasks
 
 #: per :func:`run_batches` description, the largest peak RSS (bytes) of one of its tasks
@@ -33,12 +35,23 @@ TASK_CPU_SECONDS: dict[str, float] = {}
 
 
 def run_each(fn: Callable[[Any], Any], specs: Sequence[Any], desc: str, show: bool,
-             unit: str = "unit") -> list[Any]:
+             unit: str = "unit", startup: StartupWorker | None = None) -> list[Any]:
     """``[fn(s) for s in specs]``, one Ray task each (named after ``fn``), with a
-    progress bar; Ray must be initialized."""
+    progress bar; Ray must be initialized. With ``startup``, the tasks its process took
+    while Ray started are its, and the rest go to Ray in its order (largest first)."""
+    order = startup.order if startup is not None else range(len(specs))
+    local = set(startup.stop()) if startup is not None else set()
+    remote = [i for i in order if i not in local]
+    results: dict[int, Any] = {}
     with tqdm(total=len(specs), desc=desc, unit=unit, disable=not show) as bar:
-        return list(run_tasks([TaskCall(fn, (s,)) for s in specs],
-                              on_done=lambda i, r: bar.update(1)))
+        for k, result in run_tasks([TaskCall(fn, (specs[i],)) for i in remote],
+                                   ordered=False, on_done=lambda i, r: bar.update(1)):
+            results[remote[k]] = result
+        if startup is not None:
+            done = startup.results()
+            bar.update(len(done))
+            results.update(done)
+    return [results[i] for i in range(len(specs))]
 
 
 def timed_call(fn: Callable[[Any], Any], spec: Any) -> tuple[Any, float]:
