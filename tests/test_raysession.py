@@ -183,3 +183,28 @@ def test_task_pool_collects_by_handle_and_cancels_what_is_not_read(tmp_path, ray
         pool.submit(TaskCall(_fail_or_mark, (2, str(marker))))
     time.sleep(MARK_AFTER_S + 1.5)  # a task left running would have written by now
     assert not marker.exists(), "a cancelled task ran to the end"
+
+
+BEHIND = """
+import ray
+from tokenmill import raysession
+with raysession.ray_session(num_cpus=1, shutdown_behind=True):
+    print(ray.get(ray.remote(lambda: 6 * 7).remote()), flush=True)
+print("behind", raysession._shutting_down is not None, flush=True)
+with raysession.ray_session(num_cpus=1):  # waits for the first shutdown, then starts anew
+    print(ray.get(ray.remote(lambda: 7 * 8).remote()), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_shutdown_behind_the_caller_is_waited_for_by_the_next_session_and_the_exit():
+    proc = subprocess.Popen([sys.executable, "-c", BEHIND], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert out.split() == ["42", "behind", "True", "56"]
+    # the driver waited for both shutdowns before it exited: nothing of its session is left
+    deadline = time.monotonic() + 10
+    while _session_pids(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert _session_pids(proc.pid) == [], "Ray processes outlived the driver"

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -110,6 +111,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """
     import ray
 
+    _finish_shutdown()  # a session shut down behind the caller: its processes gone first
     if ray.is_initialized():
         return False
     env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
@@ -138,13 +140,33 @@ def starts_local_ray(address: str | None = None) -> bool:
     Ray up in this process, no cluster address given or in the environment)."""
     import ray
 
+    _finish_shutdown()
     return not ray.is_initialized() and ray_address(address) is None
 
 
+#: a shutdown of Ray still waiting for Ray's processes to exit (:func:`ray_session` with
+#: ``shutdown_behind``); the next :func:`init_ray` waits for it, as does the interpreter's
+#: exit (the thread is not a daemon)
+_shutting_down: threading.Thread | None = None
+
+
+def _finish_shutdown() -> None:
+    global _shutting_down
+    if _shutting_down is not None:
+        _shutting_down.join()
+        _shutting_down = None
+
+
 @contextmanager
-def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
+def ray_session(address: str | None = None, num_cpus: int | None = None,
+                shutdown_behind: bool = False) -> Iterator[None]:
     """``with ray_session(...):`` runs the body with Ray up, and shuts Ray down afterwards
-    only if this call started it (a caller's own Ray session is left running)."""
+    only if this call started it (a caller's own Ray session is left running).
+
+    ``shutdown_behind``: the shutdown, which mostly waits about a second for Ray's
+    processes to exit, runs in a thread while the caller goes on (for work after the last
+    task: a report); the next session and the interpreter's exit wait for it."""
+    global _shutting_down
     started = init_ray(address, num_cpus)
     try:
         yield
@@ -152,7 +174,12 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         if started:
             import ray
 
-            ray.shutdown()
+            if shutdown_behind:
+                _shutting_down = threading.Thread(target=ray.shutdown,
+                                                  name="tokenmill-ray-shutdown")
+                _shutting_down.start()
+            else:
+                ray.shutdown()
 
 
 @dataclass(frozen=True)

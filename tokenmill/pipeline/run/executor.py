@@ -205,7 +205,7 @@ def run_datamix(
         # smallest units (Ray gets the largest first)
         with StartupWorker(prepare_unit, specs, largest_first(plan),
                            enabled=starts_local_ray(ray_address)) as startup:
-            with ray_session(ray_address, num_cpus):
+            with ray_session(ray_address, num_cpus, shutdown_behind=True):
                 startup.stop()
                 stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
                 stats.cpus = cluster_cpus()
