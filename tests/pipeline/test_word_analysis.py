@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.shared import corpora
-from tokenmill.pipeline.document import analysis
+from tokenmill.pipeline.document import analysis, chunk_memo
 from tokenmill.pipeline.document.quality import C4_POLICY_SUBSTRINGS, C4QualityFilter
 from tokenmill.pipeline.document.repetition import (
     _find_duplicates,
@@ -115,6 +115,33 @@ def test_word_analysis_and_c4_lines_match_on_every_document():
     texts = _every_document()
     _check_words(texts)
     _check_c4_lines(texts)
+
+
+def _arrays(tw: analysis.TextWords) -> list[list]:
+    return [getattr(tw, name).tolist() for name in ("chunk_word", "word_hash", "word_len",
+                                                     "word_kind", "totals", "code_points")]
+
+
+def test_chunks_split_in_python_are_found_again_with_the_same_words():
+    """A chunk the Python splitter split once is found in the chunk table the next time
+    (no chunk left to Python), with the same words: on a cold table, a warm one, and one
+    that is full (it empties and fills again)."""
+    texts = _sample()
+    analysis.reset()
+    cold = [_arrays(analysis.split_text(t)) for t in texts]
+    assert [_arrays(analysis.split_text(t)) for t in texts] == cold
+    fill = analysis._CHUNKS[4]
+    assert 0 < fill[0] < chunk_memo.ENTRIES
+    fill[0] = chunk_memo.ENTRIES  # full: the next chunk learned empties it first
+    analysis.split_text("(never/seen)")
+    assert fill[0] == 1
+    assert [_arrays(analysis.split_text(t)) for t in texts] == cold
+    text = "Dr. Who and/or U.S. e.g. cannot Author(s): 100% http://x.org/a?b=1"
+    analysis.split_text(text)
+    left = analysis._scan_words(analysis.code_points(text), analysis.FLAGS,
+                                analysis._ABBREV_HASHES, analysis._UNIT_HASHES,
+                                analysis._CHUNKS)[5]
+    assert len(left) == 0
 
 
 def _check_chunks(chunks: list[str]) -> None:
