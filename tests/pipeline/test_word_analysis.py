@@ -40,7 +40,8 @@ HOSTILE = ["", " ", "\n\n", "a\r\nb\rc\x0bd\x0ce\x1cf\x85g\u2028h\u2029i", "Cann
            "One two three.\nEnable JavaScript to go on.\nWe use cookies here.\nFour five six.\n"
            "Lorem Ipsum dolor sit.\nA {b} c d.", "a b c.\nuse {x} of y.\nUSE COOKIES a b.\nx y z.",
            "Read the terms of use, now.\nI see it.\nok then we go.\n{ a b c.\nlorem ipsum a b.",
-           "One two three.\nWe use coo\u212aies here.\nFour five six.", "A b c.\nX \u0130 y z."]
+           "One two three.\nWe use coo\u212aies here.\nFour five six.", "A b c.\nX \u0130 y z.",
+           "...a.... b..... c......\n#x ## \u2026\u2026.\n- one ..\n \u2022 two \u2026\n.."]
 
 
 def _sample() -> list[str]:
@@ -79,6 +80,12 @@ def _check_words(texts: list[str]) -> None:
             count_sentences(list(split_words(" ".join(ln)))) for ln in lines)
         assert tw.stop_word_count(analysis.hashes_of(["the", "and", "58.19"])) == len(
             {"the", "and", "58.19"}.intersection(words))
+        lines = analysis.line_table(tw)
+        stripped = [ln.strip() for ln in text.splitlines()]
+        assert lines[5].tolist() == [
+            text.count("#"), text.count("..."), text.count("…"),
+            sum(ln.startswith(("•", "-")) for ln in stripped),
+            sum(ln.endswith(("...", "…")) for ln in stripped)]
     analysis.release()
 
 
@@ -185,7 +192,8 @@ def test_duplicate_lines_and_paragraphs_count_as_the_python_lists():
         assert gopher_duplicates(cp, analysis.FLAGS) == (*para, *line)
         n, _, chars, _, _ = duplicates(cp, "nonblank")
         assert fineweb_lines(cp, analysis.FLAGS, 3) == (
-            n, chars, *line_ends_counts(cp, analysis.FLAGS, starts, ends, 3))
+            n, chars, *line_ends_counts(cp, analysis.FLAGS, starts, ends, 3),
+            text.count("\n"))
 
 
 def test_line_table_marks_every_line_c4_must_read():

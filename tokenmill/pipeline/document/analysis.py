@@ -64,7 +64,7 @@ N_WORDS, N_CONTENT, CONTENT_CHARS, N_ALPHA = 0, 1, 2, 3
 
 # per code point flags
 (ALPHA, DIGIT, ALNUM, PUNCT, STERM, UPPER, TITLE, MARK, SPACE, PREFIX, SUFFIX,
- LOWER_ASCII, BREAK, LOOK) = (1 << i for i in range(14))
+ LOWER_ASCII, BREAK, LOOK, SYMBOL) = (1 << i for i in range(15))
 _KNOWN = 1 << 15  # the entry has been filled in
 #: the lower-case ASCII words behind ``LINE_LOOK``: every text C4 looks for in a line's
 #: ``lower()`` (``javascript``, ``lorem ipsum``, its policy phrases) holds one of them
@@ -91,7 +91,8 @@ def _flags_of(c: int) -> int:
             | SUFFIX * (ch in SUFFIX_MARKS)
             | LOWER_ASCII * (c >= 128 and any(map(str.isascii, ch.lower())))
             | BREAK * (ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
-            | LOOK * (ch in _LOOK_STARTS or c >= 128 and any(map(str.isascii, ch.lower()))))
+            | LOOK * (ch in _LOOK_STARTS or c >= 128 and any(map(str.isascii, ch.lower())))
+            | SYMBOL * (ch in "#.\u2026"))
 
 
 #: uint16 flags per code point (``ALPHA``: ``str.isalpha``, ``DIGIT``: ``isdigit``,
@@ -100,7 +101,8 @@ def _flags_of(c: int) -> int:
 #: ``SPACE``: ``isspace``, ``PREFIX``/``SUFFIX``: one of :data:`~.words.PREFIX_MARKS` /
 #: :data:`~.words.SUFFIX_MARKS`, ``LOWER_ASCII``: not ASCII, lower-cased holds ASCII,
 #: ``BREAK``: a line boundary of ``str.splitlines``, ``LOOK``: where :func:`line_table`
-#: looks for C4's texts); filled for the BMP now, above it on first sight
+#: looks for C4's texts, ``SYMBOL``: one of ``# . …``, which it counts); filled for the
+#: BMP now, above it on first sight
 FLAGS = np.zeros(0x110000, np.uint16)
 FLAGS[:0x10000] = [_flags_of(c) for c in range(0x10000)]
 
@@ -751,7 +753,9 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
     ``•`` or ``-``, 8 where it ends in ``...`` or ``…`` (Gopher's bullets and ellipses),
     16 where its ``lower()`` may hold ``{`` or one of :data:`LOOK_WORDS` (it holds one
     of them with ASCII letters of any case, or a character whose ``lower()`` holds an
-    ASCII one: lines without the bit hold none). Computed once per analysis.
+    ASCII one: lines without the bit hold none); and int64[5] counts over the text: ``#``,
+    ``...`` (as ``str.count`` counts it), ``…``, lines with bit 4, lines with bit 8.
+    Computed once per analysis.
     """
     if tw.lines is None:
         tw.lines = _line_table(tw.code_points, FLAGS)
@@ -816,10 +820,26 @@ def _end_bits(cp, a, b):
         | 8 * (dots or last == 0x2026)
 
 
+@numba.njit(cache=True, inline="always")
+def _count_symbol(cp, i, c, counts):
+    """Count the ``SYMBOL`` code point ``c = cp[i]`` in ``counts`` (``#``, ``...``, ``…``):
+    a run of periods counts once, at its start, as ``str.count("...")`` counts it."""
+    if c == 35:
+        counts[0] += 1
+    elif c == 0x2026:
+        counts[2] += 1
+    elif i == 0 or cp[i - 1] != 46:
+        j = i + 1
+        while j < cp.shape[0] and cp[j] == 46:
+            j += 1
+        counts[1] += (j - i) // 3
+
+
 @numba.njit(cache=True)
 def _line_table(cp, flags):
     """:func:`line_table`'s arrays in one pass over ``cp`` (``flags``: :data:`FLAGS`)."""
     n = cp.shape[0]
+    counts = np.zeros(5, np.int64)
     starts = np.empty(n + 1, np.int64)
     ends = np.empty(n + 1, np.int64)
     chunks = np.empty(n + 1, np.int64)
@@ -850,6 +870,8 @@ def _line_table(cp, flags):
                     c0 = i
                 if f & LOOK:
                     look |= _look_bits(cp, i, n, c)
+                elif f & SYMBOL:
+                    _count_symbol(cp, i, c, counts)
             i += 1
         if c0 >= 0:
             n_chunks += 1
@@ -861,10 +883,12 @@ def _line_table(cp, flags):
         else:
             starts[k], ends[k] = a, b
             term[k] = _end_bits(cp, a, b) | look
+            counts[3] += (term[k] & 4) != 0
+            counts[4] += (term[k] & 8) != 0
         i += br
         k += 1
     return (starts[:k].copy(), ends[:k].copy(), chunks[:k].copy(), longest[:k].copy(),
-            term[:k].copy())
+            term[:k].copy(), counts)
 
 
 @numba.njit(cache=True)

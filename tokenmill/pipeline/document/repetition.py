@@ -290,11 +290,15 @@ def fineweb_lines(cp, flags, short_length):
     """FineWeb's line measures of a text (``cp``: its code points; ``flags``:
     :data:`~.analysis.FLAGS`) in one call: int64 (non-blank lines, characters in the
     repeated ones as :func:`duplicates` counts them, lines ending in a sentence terminal,
-    lines of at most ``short_length`` code points), the lines as ``"nonblank"``."""
+    lines of at most ``short_length`` code points, newlines), the lines as
+    ``"nonblank"``."""
     starts, ends = _line_segments(cp, True, flags)
     _, dup_chars = _segment_duplicates(cp, starts, ends)
     n_term, n_short = line_ends_counts(cp, flags, starts, ends, short_length)
-    return starts.shape[0], dup_chars, n_term, n_short
+    n_newlines = 0
+    for c in cp:
+        n_newlines += c == 10
+    return starts.shape[0], dup_chars, n_term, n_short, n_newlines
 
 
 @numba.njit(cache=True)
