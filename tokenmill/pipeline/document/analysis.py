@@ -912,12 +912,19 @@ def _count_sentences(kind, chunk_word, line_starts, line_ends):
 
 @numba.njit(cache=True)
 def _distinct_hits(whash, wlen, stop_hashes, min_len, max_len):
+    """Distinct words among ``stop_hashes`` (see :meth:`TextWords.stop_word_count`); a
+    word whose hash's low 6 bits no stop word has is not looked up."""
     seen = np.zeros(stop_hashes.shape[0], np.bool_)
+    low_bits = np.uint64(0)  # bit b: some stop word's hash ends in b
+    for h in stop_hashes:
+        low_bits |= np.uint64(1) << np.uint64(h & 63)
     n = 0
     for j in range(whash.shape[0]):
         if wlen[j] < min_len or wlen[j] > max_len:
             continue
         h = whash[j]
+        if not (low_bits >> np.uint64(h & 63)) & np.uint64(1):
+            continue
         i = np.searchsorted(stop_hashes, h)
         if i < stop_hashes.shape[0] and stop_hashes[i] == h and not seen[i]:
             seen[i] = True
