@@ -124,19 +124,18 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
         the first seen; per n of ``dup_ns`` the characters in duplicated n-grams, after a
         repeat skipping past it. 0 where the document has fewer than n words.
 
-    Sizes are taken n = 1, 2, ... in turn, over only the positions whose n-gram occurs
-    more than once (found among those of the (n - 1)-grams, :func:`_extend_repeats`):
-    most words of a text start no repeated 3-gram, so the larger sizes cost little.
+    Sizes are taken from the smallest up, each over only the positions whose n-gram may
+    occur more than once (found among those of the (n - 1)-grams,
+    :func:`_extend_repeats`): most words of a text start no repeated 3-gram, so the
+    larger sizes cost little.
     """
     nw = wh.shape[0]
     top = np.zeros(top_ns.shape[0], np.int64)
     dup = np.zeros(dup_ns.shape[0], np.int64)
-    max_n = 0
-    for n in top_ns:
-        max_n = max(max_n, n)
-    for n in dup_ns:
-        max_n = max(max_n, n)
-    if nw == 0 or max_n == 0:
+    max_n, min_n = 0, nw + 1
+    for n in np.concatenate((top_ns, dup_ns)):
+        max_n, min_n = max(max_n, n), min(min_n, n)
+    if max_n == 0 or min_n > nw:
         return top, dup
     csum = np.zeros(nw + 1, np.int64)
     for i in range(nw):
@@ -150,10 +149,13 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
     slot_first = np.empty(1 << bits, np.int64)
     slot_of = np.empty(nw, np.int64)
     keys = wh.copy()
-    pos = np.arange(nw)
-    n_pos, gen = nw, 0
-    for n in range(1, min(max_n, nw) + 1):
-        if n > 1:
+    for n in range(2, min_n + 1):  # the keys of the smallest size, at every position
+        for i in range(nw - n + 1):
+            keys[i] = (keys[i] * _MIX) ^ wh[i + n - 1]
+    pos = np.arange(nw - min_n + 1)
+    n_pos, gen = pos.shape[0], 0
+    for n in range(min_n, min(max_n, nw) + 1):
+        if n > min_n:
             n_pos = _extend_repeats(keys, wh, pos, n_pos, n)
         gen += 1
         n_pos, best_c, best_i = _count_grams(keys, pos, n_pos, slot_of, slot_gen, slot_key,
