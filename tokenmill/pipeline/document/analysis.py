@@ -69,10 +69,12 @@ _KNOWN = 1 << 15  # the entry has been filled in
 #: the lower-case ASCII words behind ``LINE_LOOK``: every text C4 looks for in a line's
 #: ``lower()`` (``javascript``, ``lorem ipsum``, its policy phrases) holds one of them
 LOOK_WORDS = ("javascript", "lorem ipsum", "terms of use", "policy", "cookie")
-# the code points where a line may hold what C4 looks for: a first letter of
-# LOOK_WORDS (either case), "[" (LINE_BRACKET), "{"; and not ASCII, lower-cased holding
-# ASCII (LOWER_ASCII)
-_LOOK_STARTS = frozenset("".join(w[0] + w[0].upper() for w in LOOK_WORDS) + "[{")
+# per word of LOOK_WORDS the letter it is looked for at: one of its rarer letters, a
+# different one per word (7 % of English letters; their first letters are 18 %)
+_LOOK_ANCHORS = ("j", "p", "f", "y", "k")
+# the code points where a line may hold what C4 looks for: an anchor (either case), "["
+# (LINE_BRACKET), "{"; and not ASCII, lower-cased holding ASCII (LOWER_ASCII)
+_LOOK_STARTS = frozenset("".join(a + a.upper() for a in _LOOK_ANCHORS) + "[{")
 
 _CANNOT = np.array([ord(c) for c in "cannot"], np.uint32)
 
@@ -766,11 +768,14 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
 LINE_TERMINAL, LINE_BRACKET, LINE_BULLET, LINE_ELLIPSIS, LINE_LOOK = 1, 2, 4, 8, 16
 _LOOK_CP = np.array([ord(c) for w in LOOK_WORDS for c in w], np.int64)
 _LOOK_AT = np.cumsum([0] + [len(w) for w in LOOK_WORDS]).astype(np.int64)
-# per ASCII code point: 1 + the index in LOOK_WORDS of the word it starts (their first
-# letters differ; either case), -1 for "[" (LINE_BRACKET), -2 for "{", else 0
+# per word, its anchor's offset in it
+_LOOK_OFFSET = np.array([w.index(a) for w, a in zip(LOOK_WORDS, _LOOK_ANCHORS, strict=True)],
+                        np.int64)
+# per ASCII code point: 1 + the index in LOOK_WORDS of the word it is the anchor of
+# (either case), -1 for "[" (LINE_BRACKET), -2 for "{", else 0
 _ASCII_LOOK = np.zeros(128, np.int64)
-for _k, _w in enumerate(LOOK_WORDS):
-    _ASCII_LOOK[ord(_w[0])] = _ASCII_LOOK[ord(_w[0].upper())] = _k + 1
+for _k, _a in enumerate(_LOOK_ANCHORS):
+    _ASCII_LOOK[ord(_a)] = _ASCII_LOOK[ord(_a.upper())] = _k + 1
 _ASCII_LOOK[ord("[")], _ASCII_LOOK[ord("{")] = -1, -2
 
 
@@ -780,14 +785,14 @@ def _folded(c):
     return c + 32 if c >= 65 and c <= 90 else c
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _look_word_at(cp, j, b, k):
     """Whether word ``k`` of :data:`LOOK_WORDS` is at ``cp[j:b]``'s start (ASCII case
-    folded)."""
+    folded; ``j`` may be negative: no)."""
     s, e = _LOOK_AT[k], _LOOK_AT[k + 1]
-    if e - s > b - j:
+    if j < 0 or e - s > b - j:
         return False
-    for t in range(1, e - s):
+    for t in range(e - s):
         if _folded(cp[j + t]) != _LOOK_CP[s + t]:
             return False
     return True
@@ -796,15 +801,16 @@ def _look_word_at(cp, j, b, k):
 @numba.njit(cache=True, inline="always")
 def _look_bits(cp, j, n, c):
     """The ``LINE_BRACKET`` / ``LINE_LOOK`` bits for the code point ``c = cp[j]`` (``LOOK``
-    in :data:`FLAGS`) of a text of ``n`` code points. A word of :data:`LOOK_WORDS` that
-    starts on a line ends on it (its letters and spaces cannot match a line boundary),
-    so it is looked for up to ``n``, not to the line's end."""
+    in :data:`FLAGS`) of a text of ``n`` code points: for an anchor, whether its word of
+    :data:`LOOK_WORDS` is around it. A word that holds a line's code point lies on that
+    line (its letters and spaces match no line boundary, and no stripped space before
+    the line's first letter), so it is looked for in the whole text, not the line."""
     if c >= 128:
         return 16
     v = _ASCII_LOOK[c]
     if v == -1:
         return 2
-    if v == -2 or (v > 0 and _look_word_at(cp, j, n, v - 1)):
+    if v == -2 or (v > 0 and _look_word_at(cp, j - _LOOK_OFFSET[v - 1], n, v - 1)):
         return 16
     return 0
 

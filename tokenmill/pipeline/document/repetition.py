@@ -16,7 +16,7 @@ vol. 3, 6.4) allocated once per document and reused for every n by a generation 
 slot, not by sorting. Two distinct n-grams share a key with probability ~2^-64 per pair.
 
 Lines and paragraphs are compared the same way, by a 64-bit hash of their code points
-(:func:`~.analysis.code_point_hash`) in the same kind of table, over the text's code
+(:func:`_segment_hash`) in the same kind of table, over the text's code
 points (:func:`~.analysis.code_points`); :func:`duplicates` gives what datatrove's
 ``find_duplicates`` gives for the list of segments.
 """
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-from tokenmill.pipeline.document.analysis import FLAGS, SPACE, STERM, code_point_hash
+from tokenmill.pipeline.document.analysis import FLAGS, SPACE, STERM
 
 _MIX = np.int64(1000003)  # the key of n + 1 words: key(n) * _MIX ^ hash(word n + 1)
 
@@ -173,6 +173,27 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
     return top, dup
 
 
+@numba.njit(cache=True, inline="always")
+def _segment_hash(cp, a, b):
+    """int64 hash of the code points ``cp[a:b]``: two FNV-1a lanes over the even and the
+    odd offsets side by side (half the multiply chain of one lane), then mixed and
+    finished as :func:`~.analysis.code_point_hash` finishes."""
+    prime = np.uint64(0x100000001B3)
+    h0, h1 = np.uint64(0xCBF29CE484222325), np.uint64(0x84222325CBF29CE4)
+    i = a
+    while i + 1 < b:
+        h0 = (h0 ^ np.uint64(cp[i])) * prime
+        h1 = (h1 ^ np.uint64(cp[i + 1])) * prime
+        i += 2
+    if i < b:
+        h0 = (h0 ^ np.uint64(cp[i])) * prime
+    h = h0 ^ ((h1 << np.uint64(31)) | (h1 >> np.uint64(33)))
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    return np.int64(h)
+
+
 @numba.njit(cache=True)
 def _segment_duplicates(cp, starts, ends):
     n = starts.shape[0]
@@ -184,7 +205,7 @@ def _segment_duplicates(cp, starts, ends):
     slot_key = np.empty(1 << bits, np.int64)
     n_dup, dup_chars = 0, 0
     for j in range(n):
-        key = code_point_hash(cp, starts[j], ends[j]) ^ (ends[j] - starts[j])
+        key = _segment_hash(cp, starts[j], ends[j]) ^ (ends[j] - starts[j])
         s = _slot(slot_gen, slot_key, 1, key, bits, mask)
         if slot_gen[s] == 1:
             n_dup += 1
