@@ -41,7 +41,10 @@ HOSTILE = ["", " ", "\n\n", "a\r\nb\rc\x0bd\x0ce\x1cf\x85g\u2028h\u2029i", "Cann
            "Lorem Ipsum dolor sit.\nA {b} c d.", "a b c.\nuse {x} of y.\nUSE COOKIES a b.\nx y z.",
            "Read the terms of use, now.\nI see it.\nok then we go.\n{ a b c.\nlorem ipsum a b.",
            "One two three.\nWe use coo\u212aies here.\nFour five six.", "A b c.\nX \u0130 y z.",
-           "...a.... b..... c......\n#x ## \u2026\u2026.\n- one ..\n \u2022 two \u2026\n.."]
+           "...a.... b..... c......\n#x ## \u2026\u2026.\n- one ..\n \u2022 two \u2026\n..",
+           "JavaScript a b.\nx terms of use y.\nterms\nof use a b.\nPOLICY a. cooKie b c.\n"
+           "Lorem\u00a0ipsum x y.\n  policy  a b.\n kie coo a b.\nipsum lorem a b.\njavascrip t.\n"
+           "f p y k j a.\nterms of usE. b c\n ookie cookie. x"]
 
 
 def _sample() -> list[str]:
