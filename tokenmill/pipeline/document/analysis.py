@@ -57,6 +57,7 @@ from tokenmill.pipeline.document.words import (
 )
 
 MAX_CACHED_WORDS = 8_000_000
+MAX_CHUNK_CACHE = 500_000  # chunks split in Python that the chunk table has no room for
 MAX_JOINED = 10_000  # texts awaiting their joined analysis (a block's, and more)
 
 #: indices of :meth:`TextWords.totals`
@@ -167,6 +168,7 @@ _JOINED: dict[int, tuple[str, TextWords, np.ndarray, np.ndarray]] = {}
 _CACHED_WORDS = [0]
 # the splits of the chunks the Python splitter split, for the scan to look up
 _CHUNKS = chunk_memo.new_table()
+_CHUNK_LENGTHS: dict[str, tuple[int, ...]] = {}
 
 
 def code_points(text: str) -> np.ndarray:
@@ -180,9 +182,11 @@ def code_points(text: str) -> np.ndarray:
 
 def _complex_lengths(text: str, hard: list[list[int]]) -> list[int]:
     """Word counts then word lengths, chunk after chunk, of the chunks ``text[a:b]`` that
-    the Python splitter splits (``hard``: [chunk index, a, b] each; a chunk that comes
-    back in the text is split once)."""
-    cache: dict[str, tuple[int, ...]] = {}
+    the Python splitter splits (``hard``: [chunk index, a, b] each; cached per distinct
+    chunk, for those the chunk table has no room for)."""
+    cache = _CHUNK_LENGTHS
+    if len(cache) > MAX_CHUNK_CACHE:
+        cache.clear()
     out: list[int] = []
     for _, a, b in hard:
         chunk = text[a:b]
@@ -325,6 +329,7 @@ def reset() -> None:
     for benchmarks)."""
     release()
     chunk_memo.clear(_CHUNKS)
+    _CHUNK_LENGTHS.clear()
 
 
 @numba.njit(cache=True)

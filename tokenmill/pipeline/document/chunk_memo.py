@@ -14,8 +14,10 @@ of the same chunk. The table (:func:`new_table`) is a tuple of arrays: ``slots``
 (int64[ENTRIES, 4]: hash, first code point in ``pool_cp``, code points, first in
 ``pool_len``), ``pool_cp`` (uint32 code points), ``pool_len`` (int64: word count, then the
 words' lengths) and ``fill`` (int64[3]: entries, code points and lengths used). When a
-pool is full the table is emptied and fills again; chunks longer than ``LONGEST`` code
-points (mostly unique URLs) are not kept.
+pool is full the table keeps what it holds (the chunks seen first, the common ones: not
+emptied, to thrash on a corpus of many distinct chunks) and learns no more until
+:func:`clear`; chunks longer than ``LONGEST`` code points (mostly unique URLs) are not
+kept. A chunk the table lacks is split in Python as before.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def known_split(cp, a, b, key, table, ends):
 @numba.njit(cache=True)
 def learn(cp, hard, keys, lengths, table):
     """Keep the splits of the chunks ``cp[hard[q, 1]:hard[q, 2]]`` (hashes ``keys[q]``;
-    ``lengths``: per chunk in order its word count then its words' lengths)."""
+    ``lengths``: per chunk in order its word count then its words' lengths), as long as
+    the pools have room."""
     slots, entries, pool_cp, pool_len, fill = table
     p = 0
     for q in range(hard.shape[0]):
@@ -96,8 +99,7 @@ def learn(cp, hard, keys, lengths, table):
         if b - a <= LONGEST and _find(cp, a, b, keys[q], slots, entries, pool_cp) < 0:
             if fill[0] == ENTRIES or fill[1] + b - a > POOL_CODE_POINTS \
                     or fill[2] + m + 1 > POOL_LENGTHS:
-                slots[:] = 0
-                fill[:] = 0
+                return
             e = fill[0]
             entries[e, 0], entries[e, 1], entries[e, 2], entries[e, 3] = \
                 keys[q], fill[1], b - a, fill[2]
