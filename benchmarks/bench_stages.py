@@ -16,7 +16,8 @@ Also printed, measured in the same run on the same texts:
 * ``fastText predict loop``: the peer of the language stage, ``model.predict(line)`` per
   document on the lines the stage hands to fastText, prepared beforehand (what the
   language stage costs at best with fastText's own Python API); ``fastText, whole texts``:
-  ``model.predict(text.replace("\n", " "))`` per document, as datatrove's filter calls it;
+  ``model.predict(text.replace("\n", " "))`` per document, as datatrove's filter calls it
+  (the stage and both peers timed block by block in turn, so that they share the load);
 * ``per-document path``: read, normalize, length, the four filters, language, the exact
   and fuzzy dedup columns and tokenize, every stage on every document (the sum of their
   seconds over the same documents), in MB/s per core.
@@ -114,15 +115,10 @@ def time_tokenize(texts: list[str], block: int) -> float:
     return time.process_time() - t0
 
 
-def time_fasttext_peer(texts: list[str], whole: bool) -> float:
+def time_fasttext_peer(model, texts: list[str], whole: bool) -> float:
     """fastText's own ``predict`` per document: on the lines the language stage reads
     (prepared beforehand, not timed), or (``whole``) on each whole text with its
     newlines made spaces, as datatrove's language filter calls it."""
-    import fasttext
-
-    from tokenmill.pipeline.document.language import fasttext_model_path
-
-    model = fasttext.load_model(str(fasttext_model_path()))
     lines = texts if whole else fasttext_lines(texts, 20_000)
     t0 = time.process_time()
     for line in lines:
@@ -131,6 +127,24 @@ def time_fasttext_peer(texts: list[str], whole: bool) -> float:
         if line:
             model.predict(line, k=1)
     return time.process_time() - t0
+
+
+def time_language(texts: list[str], block: int) -> dict[str, float]:
+    """Seconds of the language stage and of its two fastText peers, taken block by block
+    in turn on the same texts (so that a change in the machine's load falls on all
+    three alike)."""
+    import fasttext
+
+    from tokenmill.pipeline.document.language import fasttext_model_path
+
+    model = fasttext.load_model(str(fasttext_model_path()))
+    secs = dict.fromkeys(("language", "fastText predict loop", "fastText, whole texts"), 0.0)
+    for i in range(0, len(texts), block):
+        part = texts[i:i + block]
+        secs["language"] += time_steps(lambda: [LanguageFilter(languages=None)], part, block)
+        secs["fastText predict loop"] += time_fasttext_peer(model, part, whole=False)
+        secs["fastText, whole texts"] += time_fasttext_peer(model, part, whole=True)
+    return secs
 
 
 def stage_table(texts: list[str], block: int) -> dict[str, float]:
@@ -144,9 +158,7 @@ def stage_table(texts: list[str], block: int) -> dict[str, float]:
         secs[name] = time_steps(one(name), texts, block)
     secs["quality (4 together)"] = time_steps(
         lambda: [every_document(build_quality_filter(n)) for n in QUALITY], texts, block)
-    secs["language"] = time_steps(lambda: [LanguageFilter(languages=None)], texts, block)
-    secs["fastText predict loop"] = time_fasttext_peer(texts, whole=False)
-    secs["fastText, whole texts"] = time_fasttext_peer(texts, whole=True)
+    secs.update(time_language(texts, block))
     secs["exact dedup columns"] = time_columns(ExactDedup(), texts, block)
     secs["fuzzy dedup columns"] = time_columns(MinHashDedup(), texts, block)
     secs["tokenize"] = time_tokenize(texts, block)

@@ -102,3 +102,24 @@ def test_filter_on_multilingual_cc_main(offline):
 def test_bad_backend():
     with pytest.raises(ValueError, match="unknown language-id backend"):
         LanguageFilter(backend="cld3")
+
+
+def test_fasttext_line_gives_the_words_of_the_split_text():
+    """The line handed to fastText reads as the text's words joined by single spaces: the
+    same words (fastText splits at runs of space, tab, \\v, \\f, \\r and NUL) and the same
+    prediction, for ASCII and other texts, with the whitespace fastText does not split
+    at."""
+    model = langid._fasttext_model()
+    texts = ["plain words\nand lines\n", "a\x1cb c\x1fd\ne", "caf\u00e9 au lait\u00a0ici\n",
+             "\u3000\u6f22\u5b57\u3000\u304b\u306a\u2028next\u2029x\x85y", "t\tab\x0bv\x0cf\rr\0n",
+             "  \n", "", "ok\u202f\u205f\u1680\u2000\u200a end", "a" * 30 + "\u00a0b" * 5]
+    for text in texts:
+        line = langid.fasttext_line(text, 40)
+        assert "\n" not in line
+        words = text[:40].split()
+        assert line.replace("\0", " ").split() == [w for x in words for w in x.split("\0")]
+        if words:
+            assert model.f.predict(line + "\n", 1, 0.0, "strict") == \
+                model.f.predict(" ".join(words) + "\n", 1, 0.0, "strict")
+        else:
+            assert line == ""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.shared import corpora
-from tokenmill.pipeline.document import analysis
+from tokenmill.pipeline.document import analysis, chunk_memo
 from tokenmill.pipeline.document.quality import C4_POLICY_SUBSTRINGS, C4QualityFilter
 from tokenmill.pipeline.document.repetition import (
     _find_duplicates,
@@ -40,7 +40,11 @@ HOSTILE = ["", " ", "\n\n", "a\r\nb\rc\x0bd\x0ce\x1cf\x85g\u2028h\u2029i", "Cann
            "One two three.\nEnable JavaScript to go on.\nWe use cookies here.\nFour five six.\n"
            "Lorem Ipsum dolor sit.\nA {b} c d.", "a b c.\nuse {x} of y.\nUSE COOKIES a b.\nx y z.",
            "Read the terms of use, now.\nI see it.\nok then we go.\n{ a b c.\nlorem ipsum a b.",
-           "One two three.\nWe use coo\u212aies here.\nFour five six.", "A b c.\nX \u0130 y z."]
+           "One two three.\nWe use coo\u212aies here.\nFour five six.", "A b c.\nX \u0130 y z.",
+           "...a.... b..... c......\n#x ## \u2026\u2026.\n- one ..\n \u2022 two \u2026\n..",
+           "JavaScript a b.\nx terms of use y.\nterms\nof use a b.\nPOLICY a. cooKie b c.\n"
+           "Lorem\u00a0ipsum x y.\n  policy  a b.\n kie coo a b.\nipsum lorem a b.\njavascrip t.\n"
+           "f p y k j a.\nterms of usE. b c\n ookie cookie. x"]
 
 
 def _sample() -> list[str]:
@@ -79,6 +83,12 @@ def _check_words(texts: list[str]) -> None:
             count_sentences(list(split_words(" ".join(ln)))) for ln in lines)
         assert tw.stop_word_count(analysis.hashes_of(["the", "and", "58.19"])) == len(
             {"the", "and", "58.19"}.intersection(words))
+        lines = analysis.line_table(tw)
+        stripped = [ln.strip() for ln in text.splitlines()]
+        assert lines[5].tolist() == [
+            text.count("#"), text.count("..."), text.count("…"),
+            sum(ln.startswith(("•", "-")) for ln in stripped),
+            sum(ln.endswith(("...", "…")) for ln in stripped)]
     analysis.release()
 
 
@@ -115,6 +125,36 @@ def test_word_analysis_and_c4_lines_match_on_every_document():
     texts = _every_document()
     _check_words(texts)
     _check_c4_lines(texts)
+
+
+def _arrays(tw: analysis.TextWords) -> list[list]:
+    return [getattr(tw, name).tolist() for name in ("chunk_word", "word_hash", "word_len",
+                                                     "word_kind", "totals", "code_points")]
+
+
+def test_chunks_split_in_python_are_found_again_with_the_same_words():
+    """A chunk the Python splitter split once is found in the chunk table the next time
+    (no chunk left to Python), with the same words: on a cold table, a warm one, and one
+    that is full (it keeps what it holds and learns no more)."""
+    texts = _sample()
+    analysis.reset()
+    cold = [_arrays(analysis.split_text(t)) for t in texts]
+    assert [_arrays(analysis.split_text(t)) for t in texts] == cold
+    fill = analysis._CHUNKS[4]
+    assert 0 < fill[0] < chunk_memo.ENTRIES
+    fill[0] = chunk_memo.ENTRIES  # full
+    assert _arrays(analysis.split_text("(never/seen)")) == _arrays(
+        analysis.split_text("(never/seen) "[:-1]))
+    assert fill[0] == chunk_memo.ENTRIES
+    analysis.reset()
+    assert fill[0] == 0
+    assert [_arrays(analysis.split_text(t)) for t in texts] == cold
+    text = "Dr. Who and/or U.S. e.g. cannot Author(s): 100% http://x.org/a?b=1"
+    analysis.split_text(text)
+    left = analysis._scan_words(analysis.code_points(text), analysis.FLAGS,
+                                analysis._ABBREV_HASHES, analysis._UNIT_HASHES,
+                                analysis._CHUNKS)[5]
+    assert len(left) == 0
 
 
 def _check_chunks(chunks: list[str]) -> None:
@@ -158,7 +198,8 @@ def test_duplicate_lines_and_paragraphs_count_as_the_python_lists():
         assert gopher_duplicates(cp, analysis.FLAGS) == (*para, *line)
         n, _, chars, _, _ = duplicates(cp, "nonblank")
         assert fineweb_lines(cp, analysis.FLAGS, 3) == (
-            n, chars, *line_ends_counts(cp, analysis.FLAGS, starts, ends, 3))
+            n, chars, *line_ends_counts(cp, analysis.FLAGS, starts, ends, 3),
+            text.count("\n"))
 
 
 def test_line_table_marks_every_line_c4_must_read():

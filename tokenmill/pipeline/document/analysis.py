@@ -14,9 +14,11 @@ letters only or digits only (one word, about 80 % of the chunks of web text), le
 and one closing mark (``word,`` ``word.``, about 10 %), one character, and, through
 :func:`_split_kernel`, closing and opening marks, hyphenated letters and numbers, units
 after numbers, contractions. Every other chunk (about 2.5 % of the chunks of web text) is
-split by :func:`~tokenmill.pipeline.document.words.split_chunk` in Python, cached per
-distinct chunk, as word lengths (a chunk's words are its consecutive pieces), and its
-words are put in their places by :func:`_splice`. Per word the kernel
+split by :func:`~tokenmill.pipeline.document.words.split_chunk` in Python, as word
+lengths (a chunk's words are its consecutive pieces), and its words are put in their
+places by :func:`_splice`; the splits are remembered in arrays
+(:mod:`~tokenmill.pipeline.document.chunk_memo`) that the scan looks a chunk up in before
+leaving it to Python, so a chunk seen before is split in numba. Per word the kernel
 keeps its start and length (code points), a 64-bit hash of its code points (FNV-1a, then
 a murmur finalizer: equal words, equal hashes), whether it is punctuation
 (:func:`~.words.is_punct_word`), holds a letter, or is one sentence terminal; character
@@ -43,6 +45,7 @@ import unicodedata
 import numba
 import numpy as np
 
+from tokenmill.pipeline.document import chunk_memo
 from tokenmill.pipeline.document.words import (
     ABBREVIATIONS,
     PREFIX_MARKS,
@@ -54,7 +57,7 @@ from tokenmill.pipeline.document.words import (
 )
 
 MAX_CACHED_WORDS = 8_000_000
-MAX_CHUNK_CACHE = 500_000
+MAX_CHUNK_CACHE = 500_000  # chunks split in Python that the chunk table has no room for
 MAX_JOINED = 10_000  # texts awaiting their joined analysis (a block's, and more)
 
 #: indices of :meth:`TextWords.totals`
@@ -62,8 +65,17 @@ N_WORDS, N_CONTENT, CONTENT_CHARS, N_ALPHA = 0, 1, 2, 3
 
 # per code point flags
 (ALPHA, DIGIT, ALNUM, PUNCT, STERM, UPPER, TITLE, MARK, SPACE, PREFIX, SUFFIX,
- LOWER_ASCII) = (1 << i for i in range(12))
+ LOWER_ASCII, BREAK, LOOK, SYMBOL) = (1 << i for i in range(15))
 _KNOWN = 1 << 15  # the entry has been filled in
+#: the lower-case ASCII words behind ``LINE_LOOK``: every text C4 looks for in a line's
+#: ``lower()`` (``javascript``, ``lorem ipsum``, its policy phrases) holds one of them
+LOOK_WORDS = ("javascript", "lorem ipsum", "terms of use", "policy", "cookie")
+# per word of LOOK_WORDS the letter it is looked for at: one of its rarer letters, a
+# different one per word (7 % of English letters; their first letters are 18 %)
+_LOOK_ANCHORS = ("j", "p", "f", "y", "k")
+# the code points where a line may hold what C4 looks for: an anchor (either case), "["
+# (LINE_BRACKET), "{"; and not ASCII, lower-cased holding ASCII (LOWER_ASCII)
+_LOOK_STARTS = frozenset("".join(a + a.upper() for a in _LOOK_ANCHORS) + "[{")
 
 _CANNOT = np.array([ord(c) for c in "cannot"], np.uint32)
 
@@ -80,15 +92,20 @@ def _flags_of(c: int) -> int:
             | UPPER * ch.isupper() | TITLE * ch.istitle() | MARK * (cat[0] == "M")
             | SPACE * ch.isspace() | PREFIX * (ch in PREFIX_MARKS)
             | SUFFIX * (ch in SUFFIX_MARKS)
-            | LOWER_ASCII * (c >= 128 and any(map(str.isascii, ch.lower()))))
+            | LOWER_ASCII * (c >= 128 and any(map(str.isascii, ch.lower())))
+            | BREAK * (ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+            | LOOK * (ch in _LOOK_STARTS or c >= 128 and any(map(str.isascii, ch.lower())))
+            | SYMBOL * (ch in "#.\u2026"))
 
 
 #: uint16 flags per code point (``ALPHA``: ``str.isalpha``, ``DIGIT``: ``isdigit``,
 #: ``ALNUM``: ``isalnum``, ``PUNCT``: :func:`~.words.is_punct_char`, ``STERM``: a
 #: sentence terminal, ``UPPER``/``TITLE``: ``isupper``/``istitle``, ``MARK``: category M,
 #: ``SPACE``: ``isspace``, ``PREFIX``/``SUFFIX``: one of :data:`~.words.PREFIX_MARKS` /
-#: :data:`~.words.SUFFIX_MARKS`, ``LOWER_ASCII``: not ASCII, lower-cased holds ASCII);
-#: filled for the BMP now, above it on first sight
+#: :data:`~.words.SUFFIX_MARKS`, ``LOWER_ASCII``: not ASCII, lower-cased holds ASCII,
+#: ``BREAK``: a line boundary of ``str.splitlines``, ``LOOK``: where :func:`line_table`
+#: looks for C4's texts, ``SYMBOL``: one of ``# . …``, which it counts); filled for the
+#: BMP now, above it on first sight
 FLAGS = np.zeros(0x110000, np.uint16)
 FLAGS[:0x10000] = [_flags_of(c) for c in range(0x10000)]
 
@@ -149,6 +166,8 @@ _TEXTS: dict[int, tuple[str, TextWords]] = {}
 # other, chunk starts, chunk ends) by id
 _JOINED: dict[int, tuple[str, TextWords, np.ndarray, np.ndarray]] = {}
 _CACHED_WORDS = [0]
+# the splits of the chunks the Python splitter split, for the scan to look up
+_CHUNKS = chunk_memo.new_table()
 _CHUNK_LENGTHS: dict[str, tuple[int, ...]] = {}
 
 
@@ -164,7 +183,7 @@ def code_points(text: str) -> np.ndarray:
 def _complex_lengths(text: str, hard: list[list[int]]) -> list[int]:
     """Word counts then word lengths, chunk after chunk, of the chunks ``text[a:b]`` that
     the Python splitter splits (``hard``: [chunk index, a, b] each; cached per distinct
-    chunk)."""
+    chunk, for those the chunk table has no room for)."""
     cache = _CHUNK_LENGTHS
     if len(cache) > MAX_CHUNK_CACHE:
         cache.clear()
@@ -185,9 +204,10 @@ def split_text(text: str) -> TextWords:
     if len(cp) and cp.max() >= 0x10000:
         _fill_flags(cp)
     chunk_word, whash, wlen, kind, totals, hard = _scan_words(cp, FLAGS, _ABBREV_HASHES,
-                                                              _UNIT_HASHES)
+                                                              _UNIT_HASHES, _CHUNKS)
     if len(hard):
         lengths = np.array(_complex_lengths(text, hard.tolist()), np.int64)
+        chunk_memo.learn(cp, hard, _chunk_hashes(cp, hard), lengths, _CHUNKS)
         chunk_word, whash, wlen, kind = _splice(cp, FLAGS, chunk_word, whash, wlen, kind,
                                                 totals, hard, lengths)
     return TextWords(chunk_word, whash, wlen, kind, totals, cp)
@@ -308,7 +328,17 @@ def reset() -> None:
     """Forget every cached text and every chunk the Python splitter split (a cold start,
     for benchmarks)."""
     release()
+    chunk_memo.clear(_CHUNKS)
     _CHUNK_LENGTHS.clear()
+
+
+@numba.njit(cache=True)
+def _chunk_hashes(cp, hard):
+    """int64 hashes (:func:`code_point_hash`) of the chunks ``cp[hard[q, 1]:hard[q, 2]]``."""
+    keys = np.empty(hard.shape[0], np.int64)
+    for q in range(hard.shape[0]):
+        keys[q] = _hash(cp, hard[q, 1], hard[q, 2])
+    return keys
 
 
 @numba.njit(cache=True, inline="always")
@@ -557,10 +587,11 @@ def _word_kind(cp, flags, a, b):
 
 
 @numba.njit(cache=True)
-def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
+def _scan_words(cp, flags, abbrev_hashes, unit_hashes, chunks):
     """One pass over ``cp``: its whitespace chunks (``str.split()``) and the words of the
-    chunks the kernel splits, as the arrays of :class:`TextWords`; a chunk the kernel
-    leaves to the Python splitter has no words yet (see :func:`_splice`). Returns (int64
+    chunks the kernel splits or finds in ``chunks`` (:mod:`.chunk_memo`), as the arrays of
+    :class:`TextWords`; a chunk left to the Python splitter has no words yet (see
+    :func:`_splice`). Returns (int64
     chunk -> first word, word hashes, word lengths, uint8 word kinds, int64[4] totals,
     int64[chunks left, 3]: chunk index, start, end)."""
     n = cp.shape[0]
@@ -615,6 +646,8 @@ def _scan_words(cp, flags, abbrev_hashes, unit_hashes):
             w = _put_word(cp, flags, i - 1, i, w + 1, whash, wlen, kind, totals)
         else:
             m = _split_kernel(cp, flags, a, i, abbrev_hashes, unit_hashes, tmp)
+            if m < 0:
+                m = chunk_memo.known_split(cp, a, i, _finish(h), chunks, tmp)
             if m < 0:
                 hard[n_hard, 0], hard[n_hard, 1], hard[n_hard, 2] = k, a, i
                 n_hard += 1
@@ -727,7 +760,9 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
     ``•`` or ``-``, 8 where it ends in ``...`` or ``…`` (Gopher's bullets and ellipses),
     16 where its ``lower()`` may hold ``{`` or one of :data:`LOOK_WORDS` (it holds one
     of them with ASCII letters of any case, or a character whose ``lower()`` holds an
-    ASCII one: lines without the bit hold none). Computed once per analysis.
+    ASCII one: lines without the bit hold none); and int64[5] counts over the text: ``#``,
+    ``...`` (as ``str.count`` counts it), ``…``, lines with bit 4, lines with bit 8.
+    Computed once per analysis.
     """
     if tw.lines is None:
         tw.lines = _line_table(tw.code_points, FLAGS)
@@ -736,16 +771,16 @@ def line_table(tw: TextWords) -> tuple[np.ndarray, ...]:
 
 #: bits of :func:`line_table`'s last array
 LINE_TERMINAL, LINE_BRACKET, LINE_BULLET, LINE_ELLIPSIS, LINE_LOOK = 1, 2, 4, 8, 16
-#: the lower-case ASCII words behind ``LINE_LOOK``: every text C4 looks for in a line's
-#: ``lower()`` (``javascript``, ``lorem ipsum``, its policy phrases) holds one of them
-LOOK_WORDS = ("javascript", "lorem ipsum", "terms of use", "policy", "cookie")
 _LOOK_CP = np.array([ord(c) for w in LOOK_WORDS for c in w], np.int64)
 _LOOK_AT = np.cumsum([0] + [len(w) for w in LOOK_WORDS]).astype(np.int64)
-# per ASCII code point: 1 + the index in LOOK_WORDS of the word it starts (their first
-# letters differ; either case), -1 for "[" (LINE_BRACKET), -2 for "{", else 0
+# per word, its anchor's offset in it
+_LOOK_OFFSET = np.array([w.index(a) for w, a in zip(LOOK_WORDS, _LOOK_ANCHORS, strict=True)],
+                        np.int64)
+# per ASCII code point: 1 + the index in LOOK_WORDS of the word it is the anchor of
+# (either case), -1 for "[" (LINE_BRACKET), -2 for "{", else 0
 _ASCII_LOOK = np.zeros(128, np.int64)
-for _k, _w in enumerate(LOOK_WORDS):
-    _ASCII_LOOK[ord(_w[0])] = _ASCII_LOOK[ord(_w[0].upper())] = _k + 1
+for _k, _a in enumerate(_LOOK_ANCHORS):
+    _ASCII_LOOK[ord(_a)] = _ASCII_LOOK[ord(_a.upper())] = _k + 1
 _ASCII_LOOK[ord("[")], _ASCII_LOOK[ord("{")] = -1, -2
 
 
@@ -755,56 +790,67 @@ def _folded(c):
     return c + 32 if c >= 65 and c <= 90 else c
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _look_word_at(cp, j, b, k):
     """Whether word ``k`` of :data:`LOOK_WORDS` is at ``cp[j:b]``'s start (ASCII case
-    folded)."""
+    folded; ``j`` may be negative: no)."""
     s, e = _LOOK_AT[k], _LOOK_AT[k + 1]
-    if e - s > b - j:
+    if j < 0 or e - s > b - j:
         return False
-    for t in range(1, e - s):
+    for t in range(e - s):
         if _folded(cp[j + t]) != _LOOK_CP[s + t]:
             return False
     return True
 
 
-@numba.njit(cache=True)
-def _is_line_break(c, nxt):
-    """0: not a line boundary of ``str.splitlines``; else the code points it takes."""
-    if c == 13:
-        return 2 if nxt == 10 else 1
-    if c == 10 or c == 11 or c == 12 or c == 28 or c == 29 or c == 30 or c == 0x85 \
-            or c == 0x2028 or c == 0x2029:
-        return 1
+@numba.njit(cache=True, inline="always")
+def _look_bits(cp, j, n, c):
+    """The ``LINE_BRACKET`` / ``LINE_LOOK`` bits for the code point ``c = cp[j]`` (``LOOK``
+    in :data:`FLAGS`) of a text of ``n`` code points: for an anchor, whether its word of
+    :data:`LOOK_WORDS` is around it. A word that holds a line's code point lies on that
+    line (its letters and spaces match no line boundary, and no stripped space before
+    the line's first letter), so it is looked for in the whole text, not the line."""
+    if c >= 128:
+        return 16
+    v = _ASCII_LOOK[c]
+    if v == -1:
+        return 2
+    if v == -2 or (v > 0 and _look_word_at(cp, j - _LOOK_OFFSET[v - 1], n, v - 1)):
+        return 16
     return 0
 
 
-@numba.njit(cache=True)
-def _line_bits(cp, flags, a, b):
-    """The :func:`line_table` bits of the stripped, non-empty line ``cp[a:b]``."""
+@numba.njit(cache=True, inline="always")
+def _end_bits(cp, a, b):
+    """The ``LINE_TERMINAL``, ``LINE_BULLET`` and ``LINE_ELLIPSIS`` bits of the stripped,
+    non-empty line ``cp[a:b]``."""
     last = cp[b - 1]
     ends_term = last == 46 or last == 63 or last == 33 or last == 34 or last == 39
     dots = b - a >= 3 and cp[b - 1] == 46 and cp[b - 2] == 46 and cp[b - 3] == 46
-    bits = (ends_term and not dots) | 4 * (cp[a] == 0x2022 or cp[a] == 45) \
+    return (ends_term and not dots) | 4 * (cp[a] == 0x2022 or cp[a] == 45) \
         | 8 * (dots or last == 0x2026)
-    for j in range(a, b):
-        c = cp[j]
-        if c < 128:
-            v = _ASCII_LOOK[c]
-            if v == 0:
-                continue
-            if v == -1:
-                bits |= 2
-            elif v == -2 or _look_word_at(cp, j, b, v - 1):
-                bits |= 16
-        elif flags[c] & LOWER_ASCII:
-            bits |= 16
-    return bits
+
+
+@numba.njit(cache=True, inline="always")
+def _count_symbol(cp, i, c, counts):
+    """Count the ``SYMBOL`` code point ``c = cp[i]`` in ``counts`` (``#``, ``...``, ``…``):
+    a run of periods counts once, at its start, as ``str.count("...")`` counts it."""
+    if c == 35:
+        counts[0] += 1
+    elif c == 0x2026:
+        counts[2] += 1
+    elif i == 0 or cp[i - 1] != 46:
+        j = i + 1
+        while j < cp.shape[0] and cp[j] == 46:
+            j += 1
+        counts[1] += (j - i) // 3
 
 
 @numba.njit(cache=True)
 def _line_table(cp, flags):
+    """:func:`line_table`'s arrays in one pass over ``cp`` (``flags``: :data:`FLAGS`)."""
     n = cp.shape[0]
+    counts = np.zeros(5, np.int64)
     starts = np.empty(n + 1, np.int64)
     ends = np.empty(n + 1, np.int64)
     chunks = np.empty(n + 1, np.int64)
@@ -813,38 +859,47 @@ def _line_table(cp, flags):
     k = 0
     i = 0
     while i < n:
-        chunks[k], longest[k], term[k] = 0, 0, 0
+        n_chunks, most, look = 0, 0, 0
         a, b = i, -1  # b: the end of the last chunk seen
         c0 = -1  # the start of the chunk in progress
         br = 0
         while i < n:
             c = cp[i]
-            if flags[c] & SPACE:
-                br = _is_line_break(c, cp[i + 1] if i + 1 < n else 0)
+            f = flags[c]
+            if f & SPACE:
                 if c0 >= 0:
-                    chunks[k] += 1
-                    longest[k] = max(longest[k], i - c0)
+                    n_chunks += 1
+                    most = max(most, i - c0)
                     b, c0 = i, -1
-                if br:
+                if f & BREAK:
+                    br = 2 if c == 13 and i + 1 < n and cp[i + 1] == 10 else 1
                     break
-            elif c0 < 0:
-                if b < 0:
-                    a = i
-                c0 = i
+            else:
+                if c0 < 0:
+                    if b < 0:
+                        a = i
+                    c0 = i
+                if f & LOOK:
+                    look |= _look_bits(cp, i, n, c)
+                elif f & SYMBOL:
+                    _count_symbol(cp, i, c, counts)
             i += 1
         if c0 >= 0:
-            chunks[k] += 1
-            longest[k] = max(longest[k], i - c0)
+            n_chunks += 1
+            most = max(most, i - c0)
             b = i
+        chunks[k], longest[k] = n_chunks, most
         if b < 0:  # a blank line: stripped to nothing at its end
-            starts[k], ends[k] = i, i
+            starts[k], ends[k], term[k] = i, i, 0
         else:
             starts[k], ends[k] = a, b
-            term[k] = _line_bits(cp, flags, a, b)
+            term[k] = _end_bits(cp, a, b) | look
+            counts[3] += (term[k] & 4) != 0
+            counts[4] += (term[k] & 8) != 0
         i += br
         k += 1
     return (starts[:k].copy(), ends[:k].copy(), chunks[:k].copy(), longest[:k].copy(),
-            term[:k].copy())
+            term[:k].copy(), counts)
 
 
 @numba.njit(cache=True)
@@ -868,12 +923,19 @@ def _count_sentences(kind, chunk_word, line_starts, line_ends):
 
 @numba.njit(cache=True)
 def _distinct_hits(whash, wlen, stop_hashes, min_len, max_len):
+    """Distinct words among ``stop_hashes`` (see :meth:`TextWords.stop_word_count`); a
+    word whose hash's low 6 bits no stop word has is not looked up."""
     seen = np.zeros(stop_hashes.shape[0], np.bool_)
+    low_bits = np.uint64(0)  # bit b: some stop word's hash ends in b
+    for h in stop_hashes:
+        low_bits |= np.uint64(1) << np.uint64(h & 63)
     n = 0
     for j in range(whash.shape[0]):
         if wlen[j] < min_len or wlen[j] > max_len:
             continue
         h = whash[j]
+        if not (low_bits >> np.uint64(h & 63)) & np.uint64(1):
+            continue
         i = np.searchsorted(stop_hashes, h)
         if i < stop_hashes.shape[0] and stop_hashes[i] == h and not seen[i]:
             seen[i] = True

@@ -67,22 +67,30 @@ def _py3langid_model():
 
 
 # whitespace to str.split() that fastText's tokenizer (space, \t \n \v \f \r \0) does not
-# split at
+# split at (and with the newline, which ends fastText's line)
 _OTHER_SPACE = re.compile("[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_NEWLINE_OR_OTHER_SPACE = re.compile(
+    "[\n\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 def fasttext_line(text: str, max_chars: int | None = 20_000) -> str:
     """The one line fastText reads of ``text``: its first ``max_chars`` characters with
-    its words (``str.split``) in order, separated by whitespace fastText splits at, no
-    newline (``""`` for a blank text). fastText reads the same words, so the same
-    prediction, as from ``" ".join(text.split())``."""
+    its newlines and the whitespace that fastText does not split at made spaces (``""``
+    for a blank text). fastText skips runs of separators, so it reads the same words, so
+    gives the same prediction, as from ``" ".join(text.split())``. An ASCII text (a
+    flag of the string, no scan) can hold only U+001C to U+001F of that whitespace,
+    looked for with ``in``; another is searched, and rewritten in one regex
+    pass only if it holds any."""
     if max_chars is not None:
         text = text[:max_chars]
     if not text or text.isspace():
         return ""
-    if _OTHER_SPACE.search(text) is not None:
-        return " ".join(text.split())
-    return text.replace("\n", " ")
+    if text.isascii() and not ("\x1c" in text or "\x1d" in text or "\x1e" in text
+                               or "\x1f" in text):
+        return text.replace("\n", " ")
+    if _OTHER_SPACE.search(text) is None:
+        return text.replace("\n", " ")
+    return _NEWLINE_OR_OTHER_SPACE.sub(" ", text)
 
 
 def fasttext_lines(texts: Sequence[str], max_chars: int | None = 20_000) -> list[str]:

@@ -82,17 +82,6 @@ def split_into_words(text: str) -> list[str]:
     return split_words(text)
 
 
-@numba.njit(cache=True)
-def _bullets_ellipses(bits):
-    """(lines, lines starting with a bullet, lines ending in an ellipsis) of the line
-    table's bits (:func:`analysis.line_table`)."""
-    bullets, ellipses = 0, 0
-    for b in bits:
-        bullets += (b & 4) != 0  # LINE_BULLET
-        ellipses += (b & 8) != 0  # LINE_ELLIPSIS
-    return bits.shape[0], bullets, ellipses
-
-
 class GopherQualityFilter(DocumentFilter):
     """Gopher quality rules (Rae et al. 2021, A.1.1; datatrove ``GopherQualityFilter``).
 
@@ -153,13 +142,15 @@ class GopherQualityFilter(DocumentFilter):
             return "gopher_quality:mean_word_length"
         if c["max_avg_word_length"] is not None and mean_len > c["max_avg_word_length"]:
             return "gopher_quality:mean_word_length"
+        lines = analysis.line_table(tw)
+        n_hash, n_dots, n_ell, bullets, ell = lines[5].tolist()
         if c["max_symbol_word_ratio"] is not None and n_words:
-            hashes = text.count("#") / n_words
-            ellipses = (text.count("...") + text.count("…")) / n_words
+            hashes = n_hash / n_words
+            ellipses = (n_dots + n_ell) / n_words
             record("gopher_quality:symbol_ratio", max(hashes, ellipses))
             if max(hashes, ellipses) > c["max_symbol_word_ratio"]:
                 return "gopher_quality:symbol_ratio"
-        n_lines, bullets, ell = _bullets_ellipses(analysis.line_table(tw)[4])
+        n_lines = len(lines[0])
         if n_lines:  # text.splitlines(), stripped
             if c["max_bullet_lines_ratio"] is not None:
                 record("gopher_quality:bullet_lines", bullets / n_lines)
@@ -390,7 +381,7 @@ class C4QualityFilter(DocumentFilter):
         citation mark are looked at in Python. Returns the reason (or ``None``) and the
         kept lines' chunk spans, interleaved as ``_lines`` leaves them in ``spans``."""
         c = self.c
-        starts, ends, chunks, longest, term = analysis.line_table(analysis.analyze(text))
+        starts, ends, chunks, longest, term, _ = analysis.line_table(analysis.analyze(text))
         verdict, n_look = _c4_verdicts(chunks, longest, term, c["min_words_per_line"],
                                        c["filter_no_terminal_punct"], c["remove_citations"],
                                        c["max_word_length"])
@@ -547,8 +538,8 @@ class FineWebQualityFilter(DocumentFilter):
         c = self.c
         text = doc.text
         cp = analysis.code_points(text)
-        n_lines, dup_chars, n_term, n_short = fineweb_lines(cp, analysis.flags_for(cp),
-                                                            c["short_line_length"])
+        n_lines, dup_chars, n_term, n_short, n_newlines = fineweb_lines(
+            cp, analysis.flags_for(cp), c["short_line_length"])
         if not n_lines:
             return "fineweb:empty"
         record = self.measures.record
@@ -565,14 +556,14 @@ class FineWebQualityFilter(DocumentFilter):
         record("fineweb:short_line_ratio", ratio)
         if ratio > c["short_line_thr"]:
             return "fineweb:short_line_ratio"
-        ratio = dup_chars / max(1, len(text) - text.count("\n"))
+        ratio = dup_chars / max(1, len(text) - n_newlines)
         record("fineweb:char_dup_ratio", ratio)
         if ratio > c["char_duplicates_ratio"]:
             return "fineweb:char_dup_ratio"
         n_words = analysis.word_count(text)
         if n_words:
-            record("fineweb:list_ratio", text.count("\n") / n_words)
-        if n_words and text.count("\n") / n_words > c["new_line_ratio"]:
+            record("fineweb:list_ratio", n_newlines / n_words)
+        if n_words and n_newlines / n_words > c["new_line_ratio"]:
             return "fineweb:list_ratio"
         return None
 

@@ -8,13 +8,15 @@ as datatrove's ``GopherRepetitionFilter`` counts them (``find_top_duplicate``,
 
 Words come as 64-bit hashes of their code points (equal words, equal hashes); an n-gram's
 key is built from its words' hashes incrementally, n after n (the key of n + 1 words from
-the key of n), so the nine n-gram sizes cost nine passes over the words. n-grams are
-grouped in one open-addressing hash table (linear probing, Fibonacci hashing; Knuth, TAOCP
+the key of n). Only the positions whose n-gram occurs more than once are carried to
+n + 1 (an (n + 1)-gram repeats only where the n-grams at its start and one word later
+both do), so after the first sizes the passes touch a few percent of the words. n-grams
+are grouped in one open-addressing hash table (linear probing, Fibonacci hashing; Knuth, TAOCP
 vol. 3, 6.4) allocated once per document and reused for every n by a generation stamp per
 slot, not by sorting. Two distinct n-grams share a key with probability ~2^-64 per pair.
 
 Lines and paragraphs are compared the same way, by a 64-bit hash of their code points
-(:func:`~.analysis.code_point_hash`) in the same kind of table, over the text's code
+(:func:`_segment_hash`) in the same kind of table, over the text's code
 points (:func:`~.analysis.code_points`); :func:`duplicates` gives what datatrove's
 ``find_duplicates`` gives for the list of segments.
 """
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-from tokenmill.pipeline.document.analysis import FLAGS, SPACE, STERM, code_point_hash
+from tokenmill.pipeline.document.analysis import FLAGS, SPACE, STERM
 
 _MIX = np.int64(1000003)  # the key of n + 1 words: key(n) * _MIX ^ hash(word n + 1)
 
@@ -42,38 +44,70 @@ def _slot(slot_gen, slot_key, gen, key, bits, mask):
 
 
 @numba.njit(cache=True)
-def _top_chars(keys, m, n, csum, slot_gen, slot_key, slot_count, slot_first, gen, bits):
-    """Characters (``" "``-joined) of the most frequent of the ``m`` n-grams ``keys[:m]``
-    times its count; ties go to the n-gram seen first."""
+def _count_grams(keys, pos, n_pos, slot_of, slot_gen, slot_key, slot_count, slot_first,
+                 gen, bits):
+    """Count the n-grams ``keys[pos[:n_pos]]`` in the table (generation ``gen``), each
+    position's slot in ``slot_of``; keep in ``pos`` (in order) the positions whose n-gram
+    occurs twice or more. Returns (their number, the most frequent one's count, its first
+    position; ties to the n-gram seen first), count 0 when none repeats."""
     mask = np.uint64((1 << bits) - 1)
-    best_c, best_i = 0, 0
-    for i in range(m):
-        s = _slot(slot_gen, slot_key, gen, keys[i], bits, mask)
+    for j in range(n_pos):
+        p = pos[j]
+        s = _slot(slot_gen, slot_key, gen, keys[p], bits, mask)
         if slot_gen[s] != gen:
-            slot_gen[s], slot_key[s], slot_count[s], slot_first[s] = gen, keys[i], 0, i
+            slot_gen[s], slot_key[s], slot_count[s], slot_first[s] = gen, keys[p], 0, p
         slot_count[s] += 1
+        slot_of[j] = s
+    n_rep, best_c, best_i = 0, 0, 0
+    for j in range(n_pos):
+        s = slot_of[j]
         c, f = slot_count[s], slot_first[s]
+        if c < 2:
+            continue
+        pos[n_rep] = pos[j]
+        n_rep += 1
         if c > best_c or (c == best_c and f < best_i):
             best_c, best_i = c, f
-    return (csum[best_i + n] - csum[best_i] + n - 1) * best_c
+    return n_rep, best_c, best_i
 
 
 @numba.njit(cache=True)
-def _dup_chars(keys, m, n, csum, slot_gen, slot_key, gen, bits):
-    """Characters in repeated n-grams among ``keys[:m]``, skipping past each repeat (an
-    n-gram skipped over is not remembered, as in datatrove's ``find_all_duplicate``)."""
+def _dup_chars(keys, pos, n_pos, n, csum, slot_gen, slot_key, gen, bits):
+    """Characters in repeated n-grams, skipping past each repeat (an n-gram skipped over is
+    not remembered, as in datatrove's ``find_all_duplicate``), walking only the positions
+    ``pos[:n_pos]`` (in order) whose n-gram occurs twice or more: an n-gram that occurs
+    once is never found again, so passing it changes nothing but the position."""
     mask = np.uint64((1 << bits) - 1)
     chars = 0
-    i = 0
-    while i < m:
-        s = _slot(slot_gen, slot_key, gen, keys[i], bits, mask)
+    after = 0  # the first position the walk has not skipped
+    for j in range(n_pos):
+        p = pos[j]
+        if p < after:
+            continue
+        s = _slot(slot_gen, slot_key, gen, keys[p], bits, mask)
         if slot_gen[s] == gen:
-            chars += csum[i + n] - csum[i]
-            i += n
+            chars += csum[p + n] - csum[p]
+            after = p + n
         else:
-            slot_gen[s], slot_key[s] = gen, keys[i]
-            i += 1
+            slot_gen[s], slot_key[s] = gen, keys[p]
+            after = p + 1
     return chars
+
+
+@numba.njit(cache=True)
+def _extend_repeats(keys, wh, pos, n_pos, n):
+    """The positions that may start a repeated n-gram (``n`` >= 2), from ``pos[:n_pos]``,
+    the sorted positions of the repeated (n - 1)-grams: an n-gram at ``p`` repeats only
+    if the (n - 1)-grams at ``p`` and ``p + 1`` do. Kept in ``pos`` (in order), their
+    ``keys`` made those of n words; returns how many."""
+    k = 0
+    for j in range(n_pos - 1):
+        p = pos[j]
+        if pos[j + 1] == p + 1:
+            keys[p] = (keys[p] * _MIX) ^ wh[p + n - 1]
+            pos[k] = p
+            k += 1
+    return k
 
 
 @numba.njit(cache=True)
@@ -88,21 +122,21 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
         (int64[len(top_ns)], int64[len(dup_ns)]): per n of ``top_ns`` the characters of
         the most frequent n-gram (its words joined by one space) times its count, ties to
         the first seen; per n of ``dup_ns`` the characters in duplicated n-grams, after a
-        repeat skipping past it. 0 where the document has fewer than n words. Once the
-        n-grams of a ``dup_ns`` size are all distinct, the longer ones are too (0, not
-        counted).
+        repeat skipping past it. 0 where the document has fewer than n words.
+
+    Sizes are taken from the smallest up, each over only the positions whose n-gram may
+    occur more than once (found among those of the (n - 1)-grams,
+    :func:`_extend_repeats`): most words of a text start no repeated 3-gram, so the
+    larger sizes cost little.
     """
     nw = wh.shape[0]
     top = np.zeros(top_ns.shape[0], np.int64)
     dup = np.zeros(dup_ns.shape[0], np.int64)
-    max_n = 0
-    for n in top_ns:
-        max_n = max(max_n, n)
-    for n in dup_ns:
-        max_n = max(max_n, n)
-    if nw == 0 or max_n == 0:
+    max_n, min_n = 0, nw + 1
+    for n in np.concatenate((top_ns, dup_ns)):
+        max_n, min_n = max(max_n, n), min(min_n, n)
+    if max_n == 0 or min_n > nw:
         return top, dup
-    zero_n = max_n  # a dup n whose n-grams are all distinct
     csum = np.zeros(nw + 1, np.int64)
     for i in range(nw):
         csum[i + 1] = csum[i] + wl[i]
@@ -113,30 +147,51 @@ def ngram_stats(wh, wl, top_ns, dup_ns):
     slot_key = np.empty(1 << bits, np.int64)
     slot_count = np.empty(1 << bits, np.int64)
     slot_first = np.empty(1 << bits, np.int64)
+    slot_of = np.empty(nw, np.int64)
     keys = wh.copy()
-    gen = 0
-    max_top = 0
-    for n in top_ns:
-        max_top = max(max_top, n)
-    for n in range(1, min(max_n, nw) + 1):
-        if n > max_top and n > zero_n:
-            break  # no n-gram of more than zero_n words repeats: the rest stay 0
-        m = nw - n + 1
-        if n > 1:
-            for i in range(m):
-                keys[i] = (keys[i] * _MIX) ^ wh[i + n - 1]
+    for n in range(2, min_n + 1):  # the keys of the smallest size, at every position
+        for i in range(nw - n + 1):
+            keys[i] = (keys[i] * _MIX) ^ wh[i + n - 1]
+    pos = np.arange(nw - min_n + 1)
+    n_pos, gen = pos.shape[0], 0
+    for n in range(min_n, min(max_n, nw) + 1):
+        if n > min_n:
+            n_pos = _extend_repeats(keys, wh, pos, n_pos, n)
+        gen += 1
+        n_pos, best_c, best_i = _count_grams(keys, pos, n_pos, slot_of, slot_gen, slot_key,
+                                             slot_count, slot_first, gen, bits)
+        if n_pos == 0:  # every n-gram occurs once: the most frequent is the first
+            best_c, best_i = 1, 0
         for t in range(top_ns.shape[0]):
             if top_ns[t] == n:
-                gen += 1
-                top[t] = _top_chars(keys, m, n, csum, slot_gen, slot_key, slot_count,
-                                    slot_first, gen, bits)
+                top[t] = (csum[best_i + n] - csum[best_i] + n - 1) * best_c
         for t in range(dup_ns.shape[0]):
-            if dup_ns[t] == n:
+            if dup_ns[t] == n and n_pos:
                 gen += 1
-                dup[t] = _dup_chars(keys, m, n, csum, slot_gen, slot_key, gen, bits)
-                if dup[t] == 0:  # every n-gram distinct, so every longer one too
-                    zero_n = min(zero_n, n)
+                dup[t] = _dup_chars(keys, pos, n_pos, n, csum, slot_gen, slot_key, gen,
+                                    bits)
     return top, dup
+
+
+@numba.njit(cache=True, inline="always")
+def _segment_hash(cp, a, b):
+    """int64 hash of the code points ``cp[a:b]``: two FNV-1a lanes over the even and the
+    odd offsets side by side (half the multiply chain of one lane), then mixed and
+    finished as :func:`~.analysis.code_point_hash` finishes."""
+    prime = np.uint64(0x100000001B3)
+    h0, h1 = np.uint64(0xCBF29CE484222325), np.uint64(0x84222325CBF29CE4)
+    i = a
+    while i + 1 < b:
+        h0 = (h0 ^ np.uint64(cp[i])) * prime
+        h1 = (h1 ^ np.uint64(cp[i + 1])) * prime
+        i += 2
+    if i < b:
+        h0 = (h0 ^ np.uint64(cp[i])) * prime
+    h = h0 ^ ((h1 << np.uint64(31)) | (h1 >> np.uint64(33)))
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    return np.int64(h)
 
 
 @numba.njit(cache=True)
@@ -150,7 +205,7 @@ def _segment_duplicates(cp, starts, ends):
     slot_key = np.empty(1 << bits, np.int64)
     n_dup, dup_chars = 0, 0
     for j in range(n):
-        key = code_point_hash(cp, starts[j], ends[j]) ^ (ends[j] - starts[j])
+        key = _segment_hash(cp, starts[j], ends[j]) ^ (ends[j] - starts[j])
         s = _slot(slot_gen, slot_key, 1, key, bits, mask)
         if slot_gen[s] == 1:
             n_dup += 1
@@ -258,11 +313,15 @@ def fineweb_lines(cp, flags, short_length):
     """FineWeb's line measures of a text (``cp``: its code points; ``flags``:
     :data:`~.analysis.FLAGS`) in one call: int64 (non-blank lines, characters in the
     repeated ones as :func:`duplicates` counts them, lines ending in a sentence terminal,
-    lines of at most ``short_length`` code points), the lines as ``"nonblank"``."""
+    lines of at most ``short_length`` code points, newlines), the lines as
+    ``"nonblank"``."""
     starts, ends = _line_segments(cp, True, flags)
     _, dup_chars = _segment_duplicates(cp, starts, ends)
     n_term, n_short = line_ends_counts(cp, flags, starts, ends, short_length)
-    return starts.shape[0], dup_chars, n_term, n_short
+    n_newlines = 0
+    for c in cp:
+        n_newlines += c == 10
+    return starts.shape[0], dup_chars, n_term, n_short, n_newlines
 
 
 @numba.njit(cache=True)
