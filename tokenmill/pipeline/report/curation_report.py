@@ -53,7 +53,7 @@ import html
 import logging
 import os
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -610,6 +610,9 @@ def _spec_stage_times(r: _Report) -> PlotSpec | None:
 
 _PLOTS = (_spec_waterfall, _spec_lengths, _spec_removal_rates, _spec_rules, _spec_clusters,
           _spec_languages, _spec_mixture, _spec_stage_times)
+# the order of drawing: those that need no quarantine first (the rules' panels take
+# longest), drawn while the quarantine is read; the last two need its token counts
+_EARLY = (_spec_rules, _spec_removal_rates, _spec_mixture, _spec_stage_times)
 _NEED_TOKENS = (_spec_waterfall, _spec_lengths)
 
 
@@ -643,23 +646,25 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
         manifest = load_manifest(out)
     _check_tokenizer(manifest, out / "manifest.json")
     stages, remaining = document_waterfall(manifest)
-    quarantine = _read_quarantine(out, manifest)
-    q_rows, examples = _quarantine_rows(quarantine)
     r = _Report(out=out, manifest=manifest, result=ReportResult(html=out / REPORT_NAME),
-                q_rows=q_rows, examples=examples,
-                sidecars=_read_sidecars(out, manifest), stages=stages, remaining=remaining)
+                q_rows=[], examples={}, sidecars={}, stages=stages, remaining=remaining)
     specs: dict[Callable, PlotSpec | None] = {}
     futures: dict[Callable, Future] = {}
-    for build in (b for b in _PLOTS if b not in _NEED_TOKENS):
-        specs[build] = build(r)
-        if workers is not None and specs[build] is not None:
-            futures[build] = workers.submit(out / specs[build].png, specs[build])
+
+    def submit(builds: Iterable[Callable]) -> None:
+        for build in builds:
+            specs[build] = build(r)
+            if workers is not None and specs[build] is not None:
+                futures[build] = workers.submit(out / specs[build].png, specs[build])
+
+    submit(_EARLY)
+    quarantine = _read_quarantine(out, manifest)
+    r.q_rows, r.examples = _quarantine_rows(quarantine)
+    r.sidecars = _read_sidecars(out, manifest)
+    submit(b for b in _PLOTS if b not in _NEED_TOKENS and b not in specs)
     r.token_note = _count_tokens(r.q_rows, quarantine, manifest)
     r.edited = edits_html(out, manifest, quarantine, _decoder(manifest), _table)
-    for build in _NEED_TOKENS:
-        specs[build] = build(r)
-        if workers is not None and specs[build] is not None:
-            futures[build] = workers.submit(out / specs[build].png, specs[build])
+    submit(_NEED_TOKENS)
     for build in _PLOTS:  # report order, whoever drew them
         if (spec := specs[build]) is None:
             continue
