@@ -16,6 +16,17 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the tests start, compile (or load) the per-document numba kernels once, in
+    this process: under pytest-xdist this runs in the controller before its workers exist,
+    so that a fresh checkout does not compile them in every worker and subprocess at once."""
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    from tests.numba_warm import warm_numba_cache
+
+    warm_numba_cache()
+
+
 @pytest.fixture
 def shared_data():
     from tests.shared import shared_data as _sd
