@@ -92,3 +92,20 @@ def test_the_worker_dies_with_a_killed_driver(tmp_path):
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     pytest.fail("the startup worker outlived its killed driver")
+
+
+class NeedsTwoArgs(Exception):
+    def __init__(self, path: str, row: int) -> None:
+        super().__init__(f"{path}: row {row} is not JSON")
+
+
+def fails_oddly(x: int) -> int:
+    raise NeedsTwoArgs("data/a.jsonl", x)
+
+
+def test_an_error_that_does_not_unpickle_arrives_as_its_text():
+    with StartupWorker(fails_oddly, [3, 4], [0, 1]) as w:
+        time.sleep(0.3)
+        w.stop()
+        with pytest.raises(RuntimeError, match="NeedsTwoArgs: data/a.jsonl: row 4 is not JSON"):
+            w.results()

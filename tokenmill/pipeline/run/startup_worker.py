@@ -18,8 +18,10 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,6 +35,18 @@ def _die_with_parent(parent: int) -> None:
         pass
     if os.getppid() != parent:
         os._exit(1)
+
+
+def _portable(e: BaseException) -> BaseException:
+    """``e`` as the driver can receive it: with the worker's traceback as a note (shown
+    under ``TOKENMILL_DEBUG=1``), or, when it does not survive pickling, a RuntimeError
+    with its text."""
+    e.add_note("raised in the startup worker:\n" + "".join(traceback.format_exception(e)))
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # noqa: BLE001 - any failure to pickle or unpickle
+        return RuntimeError(f"{type(e).__name__}: {e}")
 
 
 def _work(fn: Callable[[Any], Any], specs: Sequence[Any], order: Sequence[int],
@@ -50,10 +64,7 @@ def _work(fn: Callable[[Any], Any], specs: Sequence[Any], order: Sequence[int],
         try:
             conn.send((i, fn(specs[i]), None))
         except BaseException as e:  # noqa: BLE001 - handed to the driver, raised there
-            try:
-                conn.send((i, None, e))
-            except Exception:  # an exception that does not pickle: its text
-                conn.send((i, None, RuntimeError(f"{type(e).__name__}: {e}")))
+            conn.send((i, None, _portable(e)))
             break
     conn.close()
 
@@ -105,6 +116,9 @@ class StartupWorker:
             try:
                 i, result, error = self._conn.recv()
             except (EOFError, OSError):
+                return
+            except Exception as e:  # noqa: BLE001 - a result that cannot be read
+                self._error = self._error or RuntimeError(f"startup worker: {e}")
                 return
             if error is not None and self._error is None:
                 self._error = error
