@@ -134,11 +134,14 @@ def file_size(src: ResolvedSource, rel: str) -> int:
         return SMALL_FILE_BYTES
 
 
-def row_groups(src: ResolvedSource, rows: list[str]) -> list[list[str]]:
+def row_groups(src: ResolvedSource, rows: list[str],
+               sizes: dict[str, int] | None = None) -> list[list[str]]:
     """Row-format files in units: a file of :data:`SMALL_FILE_BYTES` or more alone, runs
     of smaller ones (in name order) together up to :data:`GROUP_BYTES` / :data:`GROUP_FILES`
-    (when the source has at least :data:`GROUP_MIN_FILES` small files)."""
-    sizes = {f: file_size(src, f) for f in rows}
+    (when the source has at least :data:`GROUP_MIN_FILES` small files). ``sizes``: the
+    files' :func:`file_size`, when the caller has them."""
+    if sizes is None:
+        sizes = {f: file_size(src, f) for f in rows}
     if sum(1 for n in sizes.values() if n < SMALL_FILE_BYTES) < GROUP_MIN_FILES:
         return [[f] for f in rows]
     groups: list[list[str]] = []
@@ -168,12 +171,13 @@ def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
     for src in sources:
         whole = [f for f in src.files if is_whole_file(f)]
         rows = [f for f in src.files if not is_whole_file(f)]
-        groups = row_groups(src, rows)
+        sizes = {f: file_size(src, f) for f in src.files}  # one stat per file
+        groups = row_groups(src, rows, sizes)
         groups += [whole[i : i + cfg.files_per_block]
                    for i in range(0, len(whole), cfg.files_per_block)]
         for files in sorted(groups):
             out.append(Unit(source=src, files=files,
-                            size=sum(file_size(src, f) for f in files)))
+                            size=sum(sizes[f] for f in files)))
     return out
 
 
