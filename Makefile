@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,train]'
 	$(PY) -m pip install -q --no-deps --force-reinstall 'fasttext-numpy2>=0.10.4'  # see pyproject
+	$(PY) -m tokenmill.pipeline.warm  # numba kernels into their cache, not into every Ray worker
 	touch $@
 
 setup: $(VENV)/.installed

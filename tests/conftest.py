@@ -18,11 +18,12 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before the tests start, compile (or load) the per-document numba kernels once, in
-    this process: under pytest-xdist this runs in the controller before its workers exist,
-    so that a fresh checkout does not compile them in every worker and subprocess at once."""
+    this process (``make setup`` has compiled them; a kernel changed since is compiled
+    here): under pytest-xdist this runs in the controller before its workers exist, so
+    that the workers and their subprocesses do not all compile it at once."""
     if hasattr(config, "workerinput") or config.option.collectonly:
         return
-    from tests.numba_warm import warm_numba_cache
+    from tokenmill.pipeline.warm import warm_numba_cache
 
     warm_numba_cache()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from importlib.util import find_spec
 
 import numpy as np
 import pytest
@@ -18,8 +19,10 @@ from tests.manifests.exportdata import (
 from tests.manifests.mixdata import cached_test_curations
 from tests.shared import corpora
 
-indexed_dataset = pytest.importorskip(
-    "megatron.core.datasets.indexed_dataset",
+# Megatron's reader is imported by the tests that read (megatron.core imports torch and
+# more: seconds that every pytest worker would spend at collection)
+pytestmark = pytest.mark.skipif(
+    find_spec("megatron") is None,
     reason="megatron-core (the dev extra) is not installed: Megatron's reader is the reference")
 
 
@@ -38,7 +41,9 @@ def exported(cur, tmp_path_factory):
 
 
 def _read(prefix) -> list[np.ndarray]:
-    ds = indexed_dataset.IndexedDataset(str(prefix))
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    ds = IndexedDataset(str(prefix))
     assert list(ds.document_indices) == list(range(len(ds) + 1))  # one sequence per document
     return [np.array(ds[i]) for i in range(len(ds))]  # copies: ds unmaps its file when freed
 

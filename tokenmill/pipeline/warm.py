@@ -1,7 +1,11 @@
-"""Compile the numba kernels of the per-document stages and the MinHash columns once, in
-one process, before the tests start: with a cold cache every pytest worker, every
-``tokenmill`` subprocess and every Ray worker would otherwise compile the same kernels at
-the same time (about 20 CPU seconds each). With a warm cache this loads them (~1 s)."""
+"""Compile the numba kernels of the per-document stages and of the exact and fuzzy dedup
+columns once, in one process, into numba's on-disk cache (``__pycache__`` beside the
+sources): with a cold cache the first ``tokenmill run`` compiles the same kernels in every
+Ray worker at once (about 20 CPU seconds each). ``make setup`` runs it after installing;
+with a warm cache it only loads them (about 1.5 s).
+
+    python -m tokenmill.pipeline.warm
+"""
 
 from __future__ import annotations
 
@@ -26,7 +30,11 @@ def _text(seed: int) -> str:
 
 def warm_numba_cache() -> None:
     """Run every quality filter, the length filter, normalization and the exact and fuzzy
-    dedup columns over a few small documents (each kernel compiled, or loaded, once)."""
+    dedup columns over a few small documents (each kernel compiled, or loaded, once).
+
+    Raises:
+        OSError: numba's cache folder cannot be written (the kernels then compile on use).
+    """
     from tokenmill.pipeline.dedup.exact import ExactDedup
     from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
     from tokenmill.pipeline.document.length import LengthFilter
@@ -47,3 +55,7 @@ def warm_numba_cache() -> None:
     list(Normalize()(iter(docs())))
     ExactDedup().block_columns(docs())
     MinHashDedup().block_columns(docs())
+
+
+if __name__ == "__main__":
+    warm_numba_cache()
