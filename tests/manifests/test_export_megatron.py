@@ -21,9 +21,14 @@ from tests.shared import corpora
 
 # Megatron's reader is imported by the tests that read (megatron.core imports torch and
 # more: seconds that every pytest worker would spend at collection)
-pytestmark = pytest.mark.skipif(
-    find_spec("megatron") is None,
-    reason="megatron-core (the dev extra) is not installed: Megatron's reader is the reference")
+pytestmark = [
+    pytest.mark.skipif(
+        find_spec("megatron") is None,
+        reason="megatron-core (the dev extra) is not installed: Megatron's reader is the "
+               "reference"),
+    # what megatron.core says of itself on import (deprecations, no Apex): not ours
+    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning"),
+]
 
 
 @pytest.fixture(scope="module")
