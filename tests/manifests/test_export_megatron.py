@@ -26,8 +26,10 @@ pytestmark = [
         find_spec("megatron") is None,
         reason="megatron-core (the dev extra) is not installed: Megatron's reader is the "
                "reference"),
-    # what megatron.core says of itself on import (deprecations, no Apex): not ours
-    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning"),
+    # what megatron.core (and torch.jit on its behalf) says on import: not ours
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:megatron",
+                               "ignore::UserWarning:megatron",
+                               "ignore::DeprecationWarning:torch.jit"),
 ]
 
 
