@@ -38,12 +38,13 @@ def _fill_cache(cache: Path, repo_id: str, files: dict[str, bytes]) -> Path:
 @pytest.fixture(scope="module")
 def hf_cache(tmp_path_factory) -> Path:
     """An HF hub cache holding dataset tokenmill-test/c4-sample (the shared c4 sample's
-    files) at COMMIT."""
+    files) at COMMIT, and tokenmill-test/multi (:func:`_multi_files`)."""
     cache = tmp_path_factory.mktemp("hub") / "hf-cache"
     src = corpora("c4-en-sample")
     _fill_cache(cache, "tokenmill-test/c4-sample",
                 {f.relative_to(src).as_posix(): f.read_bytes()
                  for f in sorted(p for p in src.rglob("*") if p.is_file())})
+    _fill_cache(cache, "tokenmill-test/multi", _multi_files()[0])
     return cache
 
 
@@ -53,17 +54,21 @@ def _env(tmp_path, cache) -> dict[str, str]:
 
 
 C4_LINES = ("allow_patterns: ['data/*.json.gz']", "max_documents: 300")
+MULTI_LINES = ("config: en", "split: validation")
 
 
-def _start(tmp_path, cache, hub, source_lines=C4_LINES, *extra) -> subprocess.Popen:
-    """``tokenmill run`` of a one-source Hub datamix into ``tmp_path/out``, started (the
-    module's runs go side by side: each is mostly its own Ray's start-up)."""
+def _start(tmp_path, cache, sources: dict[str, tuple[str, tuple[str, ...]]],
+           *extra) -> subprocess.Popen:
+    """``tokenmill run`` of a datamix of Hub sources (name -> (hub id, lines)) into
+    ``tmp_path/out``, started (the module's runs go side by side: each is mostly its own
+    Ray's start-up)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     yml = tmp_path / "hub.yaml"
     yml.write_text(
-        "name: hubtest\ntokenizer: gpt2\nlicenses: {allow: [odc-by]}\n"
-        f"sources:\n  - name: c4hub\n    hub: {hub}\n"
-        + "".join(f"    {line}\n" for line in source_lines))
+        "name: hubtest\ntokenizer: gpt2\nlicenses: {allow: [odc-by]}\nsources:\n"
+        + "".join(f"  - name: {name}\n    hub: {hub}\n"
+                  + "".join(f"    {line}\n" for line in lines)
+                  for name, (hub, lines) in sources.items()))
     return subprocess.Popen([sys.executable, "-m", "tokenmill.cli", "run", str(yml), "-q",
                              "--num-cpus", "1", "-o", str(tmp_path / "out"), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -76,18 +81,24 @@ def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def hub_runs(tmp_path_factory, hf_cache, hf_config_cache) -> dict:
-    """Every ``tokenmill run`` of this module, started together: name -> (folder, result)."""
+def hub_runs(tmp_path_factory, hf_cache) -> dict:
+    """Every ``tokenmill run`` of this module, started together: name -> (folder, result).
+    "main" reads both cached datasets as two sources (a Ray start is most of a run)."""
     root = tmp_path_factory.mktemp("hub-runs")
-    cache, _, _ = hf_config_cache
     started = {
-        "main": _start(root / "main", hf_cache, "tokenmill-test/c4-sample@main", C4_LINES,
-                       "--no-report"),
-        "missing": _start(root / "missing", hf_cache, "tokenmill-test/not-cached@main"),
-        "multi": _start(root / "multi", cache, f"tokenmill-test/multi@{COMMIT}",
-                        ("config: en", "split: validation"), "--no-report", "--write-text"),
+        "main": _start(root / "main", hf_cache, {
+            "c4hub": ("tokenmill-test/c4-sample@main", C4_LINES),
+            "multi": (f"tokenmill-test/multi@{COMMIT}", MULTI_LINES)},
+            "--no-report", "--write-text"),
+        "missing": _start(root / "missing", hf_cache,
+                          {"c4hub": ("tokenmill-test/not-cached@main", C4_LINES)}),
     }
     return {name: (root / name, _finish(p)) for name, p in started.items()}
+
+
+def _source(manifest: dict, key: str, name: str) -> dict:
+    (src,) = [s for s in manifest[key] if s["name"] == name]
+    return src
 
 
 def test_hub_source_offline(hub_runs):
@@ -96,20 +107,19 @@ def test_hub_source_offline(hub_runs):
     folder, r = hub_runs["main"]
     assert r.returncode == 0, r.stderr
     m = json.loads((folder / "out" / "manifest.json").read_text())
-    (src,) = m["sources"]
+    src = _source(m, "sources", "c4hub")
     assert src["origin"] == "hub:tokenmill-test/c4-sample"
     assert src["revision"] == COMMIT  # the pinned commit is recorded, not the branch
     assert src["license"] == "odc-by"  # from the cached dataset card
     assert src["counts"]["read"] == 300 and src["counts"]["kept"] == 300
 
 
-def test_hub_source_pinned_to_its_commit_offline(tmp_path, hf_cache):
+def test_hub_source_pinned_to_its_commit_offline(resolved):
     """A Hub source pinned to a commit resolves from the HF cache alone to that commit and
     the snapshot's files (what the run above reads, the branch resolved first)."""
-    r = subprocess.run([sys.executable, "-c", _RESOLVE, f"tokenmill-test/c4-sample@{COMMIT}"],
-                       capture_output=True, text=True, env=_env(tmp_path, hf_cache))
-    assert r.stdout.startswith(f"OK hub:tokenmill-test/c4-sample {COMMIT} ["), r.stdout + r.stderr
-    assert "'data/" in r.stdout, r.stdout
+    said = resolved[PINNED]
+    assert said.startswith(f"OK hub:tokenmill-test/c4-sample {COMMIT} ["), said
+    assert "'data/" in said, said
 
 
 def test_hub_source_missing_offline_names_source(hub_runs):
@@ -139,25 +149,30 @@ configs:
 _ROWS = {("en", "train"): (0, 40), ("en", "validation"): (40, 60), ("de", "train"): (60, 90)}
 
 
-@pytest.fixture(scope="module")
-def hf_config_cache(tmp_path_factory) -> tuple[Path, Path, list[str]]:
-    """HF cache with tokenmill-test/multi at COMMIT: 90 c4 documents cut into configs en
-    (train 40, validation 20) and de (train 30). Returns (cache, snapshot, texts)."""
+def _multi_files() -> tuple[dict[str, bytes], list[str]]:
+    """tokenmill-test/multi: the c4 sample's last 90 documents cut into configs en (train 40, validation 20)
+    and de (train 30). Returns (files, texts)."""
     import gzip
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     (data,) = sorted((corpora("c4-en-sample") / "data").glob("*.json.gz"))
-    with gzip.open(data, "rt", encoding="utf-8") as f:
-        texts = [json.loads(next(f))["text"] for _ in range(90)]
+    with gzip.open(data, "rt", encoding="utf-8") as f:  # the last 90: no exact duplicates
+        texts = [json.loads(line)["text"] for line in f][-90:]  # of c4hub's first 300
     files = {"README.md": _CARD.encode()}
     for (config, split), (a, b) in _ROWS.items():
         buf = pa.BufferOutputStream()
         pq.write_table(pa.table({"text": texts[a:b], "id": list(range(a, b))}), buf)
         files[f"{config}/{split}-00000-of-00001.parquet"] = buf.getvalue().to_pybytes()
-    cache = tmp_path_factory.mktemp("hub-multi") / "hf-cache"
-    return cache, _fill_cache(cache, "tokenmill-test/multi", files), texts
+    return files, texts
+
+
+@pytest.fixture(scope="module")
+def hf_config_cache(hf_cache) -> tuple[Path, Path, list[str]]:
+    """(cache, snapshot of tokenmill-test/multi, its texts) of :func:`hf_cache`."""
+    snap = hf_cache / "datasets--tokenmill-test--multi" / "snapshots" / COMMIT
+    return hf_cache, snap, _multi_files()[1]
 
 
 def test_hub_config_split_reads_exactly_those_rows(tmp_path, hf_config_cache, hub_runs):
@@ -167,41 +182,58 @@ def test_hub_config_split_reads_exactly_those_rows(tmp_path, hf_config_cache, hu
     import pyarrow.parquet as pq
 
     cache, snap, texts = hf_config_cache
-    folder, r = hub_runs["multi"]
+    folder, r = hub_runs["main"]
     assert r.returncode == 0, r.stderr
     out = folder / "out"
     m = json.loads((out / "manifest.json").read_text())
-    (src,) = m["sources"]
+    src = _source(m, "sources", "multi")
     assert src["origin"] == "hub:tokenmill-test/multi?config=en&split=validation"
     assert src["revision"] == COMMIT
     assert [f["path"] for f in src["files"]] == ["en/validation-00000-of-00001.parquet"]
     assert src["counts"]["read"] == 20
-    (cfg_src,) = m["config"]["sources"]
+    cfg_src = _source(m["config"], "sources", "multi")
     assert (cfg_src["config"], cfg_src["split"]) == ("en", "validation")
     # the kept documents are exactly (a subset, after filters, of) datasets' rows
     ref = datasets.load_dataset(str(snap), "en", split="validation",
                                 cache_dir=str(tmp_path / "ds-cache"))["text"]
     assert list(ref) == texts[40:60]
-    kept = [t for p in sorted((out / "text").rglob("*.parquet"))
+    kept = [t for p in sorted((out / "text" / "multi").rglob("*.parquet"))
             for t in pq.read_table(p).column("text").to_pylist()]
     assert kept and set(kept) <= set(ref)
 
 
+# Resolves each source given as a JSON list of [hub, {field: value}] and prints one line per
+# source: "<index> <message as JSON>" (one interpreter for all: importing datasets costs
+# seconds), the message being what a user sees ("OK origin revision files" or "ERR error").
 _RESOLVE = """
-import sys
+import json, sys
 from tokenmill.pipeline.config import DatamixConfig
 from tokenmill.pipeline.read.sources import SourceError, resolve_source
-cfg = DatamixConfig.model_validate({"name": "x", "sources": [dict(
-    name="s", hub=sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:]))]})
-try:
-    r = resolve_source(cfg, cfg.sources[0])
-    print("OK", r.origin, r.revision, r.files)
-except SourceError as e:
-    print("ERR", e)
+for i, (hub, fields) in enumerate(json.loads(sys.argv[1])):
+    cfg = DatamixConfig.model_validate({"name": "x", "sources": [dict(name="s", hub=hub,
+                                                                      **fields)]})
+    try:
+        r = resolve_source(cfg, cfg.sources[0])
+        msg = f"OK {r.origin} {r.revision} {r.files}"
+    except SourceError as e:
+        msg = f"ERR {e}"
+    print(i, json.dumps(msg), flush=True)
 """
 
 
-@pytest.mark.parametrize(("hub", "fields", "expect"), [
+def _resolve(tmp_path, cache, sources: list[tuple[str, list[str]]]) -> list[str]:
+    """What resolving each (hub, ["field=value", ...]) says, from the HF cache alone."""
+    arg = json.dumps([[hub, dict(f.split("=", 1) for f in fields)] for hub, fields in sources])
+    r = subprocess.run([sys.executable, "-c", _RESOLVE, arg], capture_output=True,
+                       text=True, env=_env(tmp_path, cache))
+    lines = r.stdout.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == [str(i) for i in range(len(sources))], (
+        r.stdout + r.stderr)
+    return [json.loads(line.split(" ", 1)[1]) for line in lines]
+
+
+#: (hub, fields, what resolving says)
+CONFIG_CASES = [
     ("tokenmill-test/multi@main", ["config=de"],
      f"OK hub:tokenmill-test/multi?config=de&split=train {COMMIT} "
      "['de/train-00000-of-00001.parquet']"),
@@ -215,12 +247,24 @@ except SourceError as e:
      "missing. Please pick one among the available configs: ['en', 'de']"),
     ("tokenmill-test/c4-sample@main", ["config=en"], "ERR source 's': dataset "
      "tokenmill-test/c4-sample@main config 'en':"),
-])
-def test_hub_config_split_errors(tmp_path, hf_cache, hf_config_cache, hub, fields, expect):
+]
+PINNED = (f"tokenmill-test/c4-sample@{COMMIT}", ())
+
+
+@pytest.fixture(scope="module")
+def resolved(tmp_path_factory, hf_cache) -> dict[tuple[str, tuple[str, ...]], str]:
+    """What resolving each source of CONFIG_CASES and PINNED says: (hub, fields) -> line."""
+    sources = [PINNED, *((hub, tuple(fields)) for hub, fields, _ in CONFIG_CASES)]
+    said = _resolve(tmp_path_factory.mktemp("resolve"), hf_cache,
+                    [(hub, list(fields)) for hub, fields in sources])
+    return dict(zip(sources, said, strict=True))
+
+
+def test_hub_config_split_errors(resolved):
     """Unknown splits and configs are named with the ones there are; a pinned sha that is
-    not the snapshot's commit is refused."""
-    cache, _, _ = hf_config_cache if "multi" in hub else (hf_cache, None, None)
-    r = subprocess.run([sys.executable, "-c", _RESOLVE, hub, *fields], capture_output=True,
-                       text=True, env=_env(tmp_path, cache))
-    assert expect in r.stdout, r.stdout + r.stderr
-    assert r.stdout.count("\n") == 1, r.stdout  # one line, whatever datasets raised
+    not the snapshot's commit is refused; each message is one line, whatever datasets
+    raised."""
+    for hub, fields, expect in CONFIG_CASES:
+        msg = resolved[hub, tuple(fields)]
+        assert expect in msg, (hub, fields, msg)
+        assert "\n" not in msg, msg
