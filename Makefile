@@ -39,7 +39,7 @@ endif
 # `make test` runs every test not marked slow on two pytest workers (work stealing, so
 # the slowest files do not end the run on one worker); `.ci/run` runs the slow end-to-end
 # ones too (`make test MARK=`).
-# The suite starts about 150 Python processes (the commands through their door): they
+# The suite starts many Python processes (the commands through their door): they
 # share compiled bytecode even where the environment says not to write it.
 MARK ?= not slow
 test: setup
