@@ -93,6 +93,8 @@ def killed_driver(tmp_path_factory) -> dict:
     return seen
 
 
+# the killed driver starts and kills a Ray of its own: slow, in `.ci/run`
+@pytest.mark.slow
 def test_killed_driver_leaves_nothing_running(killed_driver: dict) -> None:
     assert killed_driver["ready"] == "ready", killed_driver["stdout_stderr"]
     assert killed_driver["writers"] == 2
@@ -101,6 +103,7 @@ def test_killed_driver_leaves_nothing_running(killed_driver: dict) -> None:
     assert not killed_driver["still_written"], "still being written"
 
 
+@pytest.mark.slow
 def test_embedded_ray_prints_no_auth_notice(killed_driver: dict) -> None:
     assert killed_driver["result"] == "42", killed_driver["stdout_stderr"]
     assert "Token authentication" not in killed_driver["stdout_stderr"]

@@ -150,8 +150,8 @@ _ROWS = {("en", "train"): (0, 40), ("en", "validation"): (40, 60), ("de", "train
 
 
 def _multi_files() -> tuple[dict[str, bytes], list[str]]:
-    """tokenmill-test/multi: the c4 sample's last 90 documents cut into configs en (train 40, validation 20)
-    and de (train 30). Returns (files, texts)."""
+    """tokenmill-test/multi: the c4 sample's last 90 documents cut into configs en
+    (train 40, validation 20) and de (train 30). Returns (files, texts)."""
     import gzip
 
     import pyarrow as pa

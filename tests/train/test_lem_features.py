@@ -218,6 +218,8 @@ def test_online_feed_is_global_and_equals_the_side_channel(mix, side):
             f.close()
 
 
+# starts a Ray with its LEM workers and trains twice in it: slow, in `.ci/run`
+@pytest.mark.slow
 def test_ray_workers_run_ahead_and_equal_the_side_channel(mix, side):
     """Ray CPU workers computing the chunks concurrently (2 workers, chunks of 3,000
     tokens) give the side channel's features step by step, also from a resume at step 6,
