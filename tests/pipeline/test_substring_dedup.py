@@ -220,3 +220,20 @@ shards: {{tokens_per_shard: 1000000, val_fraction: 0.0}}
     assert r.returncode == 0, r.stderr
     edits = _check_run(out, ["c4", "wiki", "cc"], 50, "source")
     assert edits  # the web samples repeat boilerplate
+
+
+def test_part_size_is_not_part_of_the_config_identity():
+    """The suffix-array part size cuts the work, not what is cut: runs that differ only in
+    it record the same config (and sha256) in their manifests; min_tokens changes it."""
+    from tokenmill.pipeline.config import DatamixConfig
+
+    def cfg(**substring) -> DatamixConfig:
+        return DatamixConfig.model_validate({"name": "x", "sources": [{"name": "s",
+                                             "path": "s/*.jsonl"}],
+                                             "substring_dedup": substring})
+
+    small, large = cfg(min_tokens=50, part_tokens=2000), cfg(min_tokens=50)
+    assert small.content_dict() == large.content_dict()
+    assert small.sha256() == large.sha256()
+    assert "part_tokens" not in small.content_dict()["substring_dedup"]
+    assert cfg(min_tokens=20).sha256() != large.sha256()

@@ -614,6 +614,8 @@ class DatamixConfig(_Model):
                       "write_text", "dedup"):
             d.pop(where, None)  # how the work is cut (or what else is written) does not
             # change the shards
+        if d.get("substring_dedup") is not None:
+            d["substring_dedup"].pop("part_tokens", None)  # its suffix-array parts, likewise
         for off in ("url_filter", "classifier", "pii"):
             if d.get(off) is None:
                 d.pop(off, None)  # a stage left out: the same config as before it existed
