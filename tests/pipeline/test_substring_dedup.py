@@ -171,7 +171,9 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
     assert "substring_dedup" in r.stdout
     edits = _check_run(out, ["a", "b"], 20, "all")
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["substring_dedup"]["parts"] > 2  # spans found across parts
+    # spans found across parts: the stage's tokens fill more than 2 parts of 2,000
+    assert manifest["substring_dedup"]["tokens_in"] > 3 * 2000
+    assert "parts" not in manifest["substring_dedup"]  # how the work was cut: not recorded
     assert len(edits) >= 20 and "a/docs.jsonl#000000007" in edits
     assert "a/docs.jsonl#000000005" in {r["key"] for r in run_outputs(out)[1]
                                        if r["reason"] == "substring_dedup:removed"}
@@ -237,3 +239,41 @@ def test_part_size_is_not_part_of_the_config_identity():
     assert small.sha256() == large.sha256()
     assert "part_tokens" not in small.content_dict()["substring_dedup"]
     assert cfg(min_tokens=20).sha256() != large.sha256()
+
+
+def test_part_size_is_not_part_of_the_stage_fingerprint():
+    """What the stage computed is reused when only its part size changes."""
+    from tokenmill.pipeline.dedup.substring import SubstringDedup
+
+    assert SubstringDedup(part_tokens=1).fingerprint() == SubstringDedup().fingerprint()
+    assert SubstringDedup(min_tokens=20).fingerprint() != SubstringDedup().fingerprint()
+
+
+@pytest.mark.slow
+def test_how_the_work_is_cut_leaves_every_output_byte_as_it_is(tmp_path):
+    """`tokenmill run` with other block and part sizes writes the same manifest, shards
+    and quarantine bytes; a rerun with another part size redoes no block."""
+    from tests.conftest import final_files
+
+    _write_corpus(tmp_path / "data")
+
+    def run(name: str, blocks: int, part_tokens: int, out: Path) -> str:
+        mix = tmp_path / f"{name}.yaml"
+        mix.write_text(f"name: substr\ntokenizer: gpt2\ndata_root: {tmp_path / 'data'}\n"
+                       f"block_documents: {blocks}\nsources:\n"
+                       "  - {name: a, path: a, license: cc0-1.0}\n"
+                       "  - {name: b, path: b, license: cc0-1.0}\n"
+                       f"substring_dedup: {{min_tokens: 20, scope: all, "
+                       f"part_tokens: {part_tokens}}}\n")
+        r = _run(["run", str(mix), "-o", str(out), "--no-report", "--num-cpus", "1"])
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    run("small", 10, 2000, tmp_path / "small")
+    run("large", 100, 100_000_000, tmp_path / "large")
+    small = final_files(tmp_path / "small")
+    assert small == final_files(tmp_path / "large")
+    assert json.loads(small["manifest.json"])["substring_dedup"]["spans"] > 0
+    again = run("again", 10, 5000, tmp_path / "small")
+    assert re.search(r"prepare (\d+)/\1\b", again), again
+    assert final_files(tmp_path / "small") == small

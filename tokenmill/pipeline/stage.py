@@ -101,17 +101,21 @@ class Configured:
 
     ``version`` is part of the content address of what the object produces: bump it when
     its output for the same input changes, so that stale cached outputs are not reused.
+    ``how_cut`` names config keys that only cut the work (a part size): they are left out
+    of the fingerprint, so that changing them reuses what was computed.
     """
 
     name: ClassVar[str] = "stage"
     version: ClassVar[int] = 1
+    how_cut: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **config: Any) -> None:
         self.config: dict[str, Any] = dict(config)
 
     def fingerprint(self) -> str:
         """sha256 of (name, version, config): the object's part of a content address."""
-        blob = json.dumps([self.name, self.version, self.config], sort_keys=True, default=str)
+        config = {k: v for k, v in self.config.items() if k not in self.how_cut}
+        blob = json.dumps([self.name, self.version, config], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -54,20 +54,24 @@ def _stamp() -> Path:
 def warm_numba_cache() -> None:
     """Run every quality filter, the length filter, normalization and the exact and fuzzy
     dedup columns over a few small documents (each kernel compiled, or loaded, once);
-    nothing when the stamp of the last warm-up names these same sources.
+    nothing when the stamp of the last warm-up names these same sources and numba's index
+    files it lists are all still there.
 
     Raises:
         OSError: numba's cache folder cannot be written (the kernels then compile on use).
     """
     fingerprint = _fingerprint()
     try:
-        if _stamp().read_text() == fingerprint:
+        stamped, *indexes = _stamp().read_text().splitlines()
+        if stamped == fingerprint and all((PACKAGE / i).is_file() for i in indexes):
             return
-    except OSError:
+    except (OSError, ValueError):
         pass
     _compile_kernels()
+    # the stamp lists numba's index files too: a cache folder deleted since is compiled again
+    indexes = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.nbi"))
     _stamp().parent.mkdir(exist_ok=True)
-    _stamp().write_text(fingerprint)
+    _stamp().write_text("".join(f"{line}\n" for line in [fingerprint, *indexes]))
 
 
 def _compile_kernels() -> None:

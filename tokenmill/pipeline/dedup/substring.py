@@ -65,6 +65,7 @@ class SubstringDedup(GlobalStage):
 
     name = "substring_dedup"
     version = 1
+    how_cut = ("part_tokens",)
     columns = ("substring_tokens", "substring_length")
 
     def __init__(self, tokenizer: str = "gpt2", min_tokens: int = 50, scope: str = "source",
@@ -131,11 +132,10 @@ class SubstringDedup(GlobalStage):
         results = run_each(cut_part, cuts, "substring dedup: cuts", ctx.progress, unit="part")
         own = tuple(f"substring_dedup/cut/{c.digest}.removals.arrow" for c in cuts)
         edits = tuple(f"substring_dedup/cut/{c.digest}.edits.arrow" for c in cuts)
-        return GlobalDecision(run.earlier + own, self.record(results, parts),
+        return GlobalDecision(run.earlier + own, self.record(results),
                               edits=edits)
 
-    def record(self, results: list[dict[str, Any]],
-               parts: list[tuple[str, list[tuple[int, str]]]]) -> dict[str, Any]:
+    def record(self, results: list[dict[str, Any]]) -> dict[str, Any]:
         """The manifest record: the config, and in all and per source the tokens in (this
         stage's tokens of the documents it saw), the tokens removed (cut, or in a removed
         document), the spans cut, the documents edited and removed (all in :data:`COUNTERS`),
@@ -147,7 +147,7 @@ class SubstringDedup(GlobalStage):
         total: Counter = Counter()
         for c in by_source.values():
             total.update(c)
-        return {"min_tokens": self.min_tokens, "scope": self.scope, "parts": len(parts),
+        return {"min_tokens": self.min_tokens, "scope": self.scope,
                 **{k: int(total[k]) for k in COUNTERS},
                 "tokens_out": int(total["tokens_in"] - total["tokens_removed"]),
                 "by_source": {s: {k: int(c[k]) for k in COUNTERS}
