@@ -104,6 +104,9 @@ def test_polarity_comes_from_the_header(tmp_path):
         LegalityTable.load(bare)
 
 
+# the whole gpt2 table in the speedrun's layout (316 MB written and read back): slow, in
+# `.ci/run`; the layout itself is checked on small tables above
+@pytest.mark.slow
 def test_gpt2_export_has_the_speedrun_layout(gpt2_table, gpt2_table_path, tmp_path, capsys):
     from tokenmill.cli import main
 
