@@ -3,6 +3,7 @@ fixture builds from a shared corpus, with HF_HUB_OFFLINE=1 (the same calls as on
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -149,6 +150,7 @@ configs:
 _ROWS = {("en", "train"): (0, 40), ("en", "validation"): (40, 60), ("de", "train"): (60, 90)}
 
 
+@functools.cache  # the cache fixture writes the files, the tests read the texts
 def _multi_files() -> tuple[dict[str, bytes], list[str]]:
     """tokenmill-test/multi: the c4 sample's last 90 documents cut into configs en
     (train 40, validation 20) and de (train 30). Returns (files, texts)."""
