@@ -84,7 +84,11 @@ def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def hub_runs(tmp_path_factory, hf_cache) -> dict:
     """Every ``tokenmill run`` of this module, started together: name -> (folder, result).
-    "main" reads both cached datasets as two sources (a Ray start is most of a run)."""
+    "main" reads both cached datasets as two sources (a Ray start is most of a run). They
+    join the test worker's Ray (the address is in the environment they inherit)."""
+    from tokenmill.raysession import init_ray
+
+    init_ray(num_cpus=2)  # the folder's shared Ray, which the tests would start next
     root = tmp_path_factory.mktemp("hub-runs")
     started = {
         "main": _start(root / "main", hf_cache, {

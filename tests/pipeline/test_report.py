@@ -363,6 +363,7 @@ def test_quickstart_report_groups_license_removals(quickstart):
         set(summaries)
 
 
+@pytest.mark.slow  # two plot processes; every plot drawn: test_report_renders_every_plot
 def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
     """`tokenmill run` draws the plots in worker processes started before the pipeline
     (matplotlib loaded while it runs); the files are byte-identical to drawing them here,

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.pipeline.test_report import _build_run, _texts
+from tokenmill.cli import main
 from tokenmill.pipeline.document.measures import RULES, block_record, merge, read_records
 from tokenmill.pipeline.document.quality import GopherQualityFilter
 from tokenmill.pipeline.report.tuning import collapsed_license_rows
@@ -66,13 +67,13 @@ def test_report_command_draws_each_rule_with_its_threshold(tmp_path):
     assert "tokens after curation times its mixture weight" in page
 
 
-def test_the_report_without_measures_says_why(tmp_path):
+def test_the_report_without_measures_says_why(tmp_path, capsys):
+    """The command in this process (its subprocess run: the test above)."""
     out = _build_run(tmp_path / "bare", with_language=False, with_quarantine=False,
                      with_measures=False)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    p = subprocess.run([sys.executable, "-m", "tokenmill.cli", "report", str(out)],
-                       capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0 and "rule_measures.png" in p.stdout
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "rule_measures.png" in capsys.readouterr().out
     assert re.search(r"rule_measures.png: no rule measures recorded",
                      (out / "report.html").read_text("utf-8"))
 

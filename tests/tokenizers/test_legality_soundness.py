@@ -47,6 +47,7 @@ def _adversarial(table, name, rows=None):
     assert violations == [], [(table.explain(a, b), t) for a, b, t in violations[:10]]
 
 
+@pytest.mark.slow  # 140,000 pairs in contexts; the detector: test_adversarial_detector_*
 def test_gpt2_adversarial_contexts(gpt2_table):
     _adversarial(gpt2_table, "gpt2")
 

@@ -224,6 +224,7 @@ def _legality_table(cfg: T.TrainConfig, tmp_path: Path) -> Path:
     return save_rows_table("gpt2", prev, tmp_path / "gpt2_val_rows.legality")
 
 
+@pytest.mark.slow  # a run with all three side inputs; each alone: test_kernels, test_lem_*
 def test_masked_validation_and_side_inputs(datamix, tmp_path):
     """Legality mask at evaluation (never above the unmasked loss, zero masked targets),
     the prefix auxiliary loss (logged apart from the LM loss) and the LEM feature from
