@@ -14,6 +14,7 @@ from tokenmill.pipeline.document import language as langid
 from tokenmill.pipeline.document.language import (
     LanguageFilter,
     detect_language,
+    detect_languages,
     fasttext_model_path,
 )
 from tokenmill.pipeline.stage import Document
@@ -123,3 +124,18 @@ def test_fasttext_line_gives_the_words_of_the_split_text():
                 model.f.predict(" ".join(words) + "\n", 1, 0.0, "strict")
         else:
             assert line == ""
+
+
+def test_batched_prediction_equals_one_text_at_a_time():
+    """The filter predicts its documents in batches (fastText's ``multilinePredict``): every
+    label and score is the one :func:`detect_language` gives for the text alone, blank
+    texts included, across batch edges."""
+    texts = _cc()[:300] + ["", "  \n ", "caf\u00e9\u00a0ici\nencore"] + _c4(40)
+    want = [detect_language(t) for t in texts]
+    assert detect_languages(texts) == want
+    docs = [Document(key=f"k{i:04d}", source="s", text=t) for i, t in enumerate(texts)]
+    stage = LanguageFilter(languages=None)
+    stage.batch = 7
+    assert len(list(stage(docs))) == len(docs)
+    assert [(d.metadata["language"], d.metadata["language_score"]) for d in docs] == [
+        (lang, round(score, 4)) for lang, score in want]
