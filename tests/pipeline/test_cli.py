@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.shared import corpora
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -33,3 +35,18 @@ def test_blocks_line_shows_reuse_per_stage():
                           stage_blocks={"read": [3, 0], "c4": [1, 2], "tokenize": [1, 2]})
     assert blocks_line(res) == ("blocks: 3 (1 reused whole from an earlier run; reused/blocks per "
                                 "stage: read 3/3, c4 1/3, tokenize 1/3)   wall time: 2.0 s")
+
+
+def test_a_pattern_given_as_the_path_points_to_allow_patterns(tmp_path):
+    """A source ``path`` written as a glob is not a folder: one line, exit 2, naming
+    ``allow_patterns``; the header counts one source in the singular."""
+    yml = tmp_path / "glob.yaml"
+    yml.write_text("name: glob\ntokenizer: gpt2\nlicenses: {allow: [odc-by]}\nsources:\n"
+                   "  - {name: c4, path: 'c4-en-sample/data/*.json.gz'}\n")
+    r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "run", str(yml), "-q",
+                        "--data-root", str(corpora()), "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert ": 1 source, tokenizer" in r.stdout
+    (line,) = r.stderr.strip().splitlines()
+    assert "c4-en-sample/data/*.json.gz does not exist" in line and "allow_patterns" in line

@@ -36,7 +36,8 @@ def _run(args: argparse.Namespace) -> int:
         datamix = args.fallback
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
     print(storage.redact(
-        f"tokenmill run {datamix}: {len(cfg.sources)} sources, tokenizer "
+        f"tokenmill run {datamix}: {len(cfg.sources)} source"
+        f"{'' if len(cfg.sources) == 1 else 's'}, tokenizer "
         f"{tokenizer_label(cfg.tokenizer)}, data root {cfg.data_root}, output {cfg.output_dir}"))
     try:
         return _run_locked(args, cfg)

@@ -35,6 +35,10 @@ from tokenmill.pipeline.read.links import SkippedLink, walk_files
 from tokenmill.pipeline.read.readers import is_data_file, printable_name
 
 _CARD = "README.md"
+#: added to a missing folder's error when its path holds a wildcard: ``path`` names a
+#: folder, and which of its files are read is ``allow_patterns``
+_GLOB_HINT = ("; `path` is a folder, not a pattern: give the folder as `path` and the "
+              "pattern as `allow_patterns`")
 log = logging.getLogger(__name__)
 
 
@@ -259,7 +263,8 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
                               f"outside the data root {base}; write a folder outside it as "
                               "an absolute path")
         if not root.is_dir():
-            raise SourceError(f"source {src.name!r}: folder {root} does not exist")
+            raise SourceError(f"source {src.name!r}: folder {root} does not exist"
+                              + _GLOB_HINT * any(c in src.path for c in "*?["))
         revision = None
         origin = src.path
     card_license = read_card_license(root)  # read even when unused: within its limits
@@ -308,7 +313,7 @@ def _resolve_url_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource
         raise SourceError(f"source {src.name!r}: {e}") from None
     if not listing:
         raise SourceError(f"source {src.name!r}: folder {storage.redact(url)} does not exist "
-                          "or holds no files")
+                          "or holds no files" + _GLOB_HINT * any(c in src.path for c in "*?["))
     root = storage.local_dir(url)
     root.mkdir(parents=True, exist_ok=True)
     (root / _CARD).unlink(missing_ok=True)  # never an earlier run's copy
