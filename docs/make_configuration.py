@@ -151,7 +151,11 @@ def meaning(info: FieldInfo) -> str:
             if bound is not None:
                 bounds.append(symbol.format(bound) if "{" in symbol else f"{symbol} {bound}")
     text = plain(info.description or "").strip()
-    return f"{text} ({', '.join(bounds)})" if bounds else text
+    text = f"{text} ({', '.join(bounds)})" if bounds else text
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and extra.get("identity") is False:
+        text += "; not part of the config's identity (`config_sha256`)"
+    return text
 
 
 def _cell(text: str) -> str:

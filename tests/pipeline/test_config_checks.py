@@ -64,3 +64,33 @@ def test_a_value_of_another_type_through_the_command(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "substring_dedup.min_tokens: expected a valid integer, got True" in done.stderr
+
+
+def test_fields_outside_the_identity_are_marked_once_and_left_out_everywhere():
+    """The fields that do not change what a run writes carry one marker on the model: the
+    config's identity (``config_sha256``) leaves each out, a field without it counts, and
+    the substring stage's fingerprint leaves out the same fields of its section; the
+    configuration reference says so."""
+    from tokenmill.pipeline.config import (
+        DatamixConfig,
+        SubstringDedupConfig,
+        outside_identity,
+    )
+    from tokenmill.pipeline.dedup.substring import SubstringDedup
+
+    assert outside_identity(DatamixConfig) == (
+        "data_root", "output_dir", "dedup", "files_per_block", "block_documents", "write_text")
+    assert SubstringDedup.how_cut == outside_identity(SubstringDedupConfig) == ("part_tokens",)
+    base = {"name": "x", "sources": [{"name": "s", "path": "s"}], "substring_dedup": {}}
+    ref = DatamixConfig.model_validate(base)
+    changed = {"data_root": "/elsewhere", "output_dir": "/o", "files_per_block": 3,
+               "block_documents": 7, "write_text": True, "dedup": {"partitions": 3},
+               "substring_dedup": {"part_tokens": 99}}
+    for key, value in changed.items():
+        other = DatamixConfig.model_validate(base | {key: value})
+        assert other.sha256() == ref.sha256(), key
+    for key, value in {"max_document_bytes": 5, "substring_dedup": {"min_tokens": 9}}.items():
+        assert DatamixConfig.model_validate(base | {key: value}).sha256() != ref.sha256(), key
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    row = next(line for line in reference.splitlines() if line.startswith("| `part_tokens`"))
+    assert "not part of the config's identity" in row

@@ -58,6 +58,34 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # `n: true` is not 1
 
 
+#: ``json_schema_extra`` of a field that does not change what a run writes (where it reads
+#: or writes, how the work is cut, what else it writes): it is left out of the config's
+#: identity (``config_sha256``) and of its stage's fingerprint
+OUTSIDE_IDENTITY = {"identity": False}
+
+
+def outside_identity(model: type[BaseModel]) -> tuple[str, ...]:
+    """Names of ``model``'s fields marked :data:`OUTSIDE_IDENTITY`, in declaration order."""
+    return tuple(name for name, info in model.model_fields.items()
+                 if isinstance(info.json_schema_extra, dict)
+                 and info.json_schema_extra.get("identity") is False)
+
+
+def _identity_dict(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    """``dumped`` (``model``'s JSON dump) without the fields marked outside the identity,
+    in ``model`` and every model it holds."""
+    for name in outside_identity(type(model)):
+        dumped.pop(name, None)
+    for name, value in model:
+        if isinstance(value, BaseModel) and isinstance(dumped.get(name), dict):
+            _identity_dict(value, dumped[name])
+        elif isinstance(value, list) and isinstance(dumped.get(name), list):
+            for item, item_dump in zip(value, dumped[name], strict=True):
+                if isinstance(item, BaseModel) and isinstance(item_dump, dict):
+                    _identity_dict(item, item_dump)
+    return dumped
+
+
 class LicenseConfig(_Model):
     """Source-level allow-list and per-document rules."""
 
@@ -335,7 +363,8 @@ class SubstringDedupConfig(_Model):
         "across sources too")
     part_tokens: int = Field(
         default=50_000_000, ge=1, description="tokens per suffix-array part (one Ray task "
-        "each, about 13 bytes of memory per token); how the work is cut, not what is cut")
+        "each, about 13 bytes of memory per token); how the work is cut, not what is cut",
+        json_schema_extra=OUTSIDE_IDENTITY)
 
 
 class SpanDedupConfig(_Model):
@@ -510,10 +539,11 @@ class DatamixConfig(_Model):
     data_root: str | None = Field(
         default=None,
         description="folder that local sources' paths are relative to (relative to this file); "
-        "TOKENMILL_DATA_ROOT and --data-root override it")
+        "TOKENMILL_DATA_ROOT and --data-root override it", json_schema_extra=OUTSIDE_IDENTITY)
     output_dir: str | None = Field(
         default=None,
-        description="output folder (default out/NAME); -o/--output overrides it")
+        description="output folder (default out/NAME); -o/--output overrides it",
+        json_schema_extra=OUTSIDE_IDENTITY)
     licenses: LicenseConfig = Field(
         default_factory=LicenseConfig,
         description="the source-license allow-list and the per-document license rules")
@@ -553,7 +583,8 @@ class DatamixConfig(_Model):
         description="shard size and the validation split")
     dedup: DedupConfig = Field(
         default_factory=DedupConfig,
-        description="how the dedup decisions are cut into Ray tasks (not what they decide)")
+        description="how the dedup decisions are cut into Ray tasks (not what they decide)",
+        json_schema_extra=OUTSIDE_IDENTITY)
     checks: CheckConfig = Field(
         default_factory=CheckConfig,
         description="outcomes reported as warnings (errors with --strict)")
@@ -561,11 +592,13 @@ class DatamixConfig(_Model):
         default=10_000_000, description="a row larger than this (UTF-8 bytes) is quarantined"
     )
     files_per_block: int = Field(default=64, description="one-document-per-file sources: "
-                                 "files read by one task")
+                                 "files read by one task", json_schema_extra=OUTSIDE_IDENTITY)
     block_documents: int = Field(default=10_000, ge=1, description="rows per resumable block "
-                                 "(a crashed run redoes at most one block per worker)")
+                                 "(a crashed run redoes at most one block per worker)",
+                                 json_schema_extra=OUTSIDE_IDENTITY)
     write_text: bool = Field(default=False, description="also write the curated text as a "
-                             "parquet dataset in the Hugging Face Hub layout (OUT/text/)")
+                             "parquet dataset in the Hugging Face Hub layout (OUT/text/)",
+                             json_schema_extra=OUTSIDE_IDENTITY)
 
     @model_validator(mode="after")
     def _unique_names(self) -> DatamixConfig:
@@ -608,14 +641,9 @@ class DatamixConfig(_Model):
         return str((Path(self._base_dir) / path).resolve())
 
     def content_dict(self) -> dict[str, Any]:
-        """The config minus where-things-live fields: what the outputs depend on."""
-        d = self.model_dump(mode="json")
-        for where in ("data_root", "output_dir", "files_per_block", "block_documents",
-                      "write_text", "dedup"):
-            d.pop(where, None)  # how the work is cut (or what else is written) does not
-            # change the shards
-        if d.get("substring_dedup") is not None:
-            d["substring_dedup"].pop("part_tokens", None)  # its suffix-array parts, likewise
+        """The config minus the fields marked :data:`OUTSIDE_IDENTITY` (where things live,
+        how the work is cut, what else is written): what the outputs depend on."""
+        d = _identity_dict(self, self.model_dump(mode="json"))
         for off in ("url_filter", "classifier", "pii"):
             if d.get(off) is None:
                 d.pop(off, None)  # a stage left out: the same config as before it existed

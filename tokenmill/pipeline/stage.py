@@ -102,7 +102,9 @@ class Configured:
     ``version`` is part of the content address of what the object produces: bump it when
     its output for the same input changes, so that stale cached outputs are not reused.
     ``how_cut`` names config keys that only cut the work (a part size): they are left out
-    of the fingerprint, so that changing them reuses what was computed.
+    of the fingerprint, so that changing them reuses what was computed. A stage built from a
+    datamix section takes them from its model (``config.outside_identity``), the fields the
+    config's identity leaves out too.
     """
 
     name: ClassVar[str] = "stage"

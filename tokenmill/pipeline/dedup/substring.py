@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tokenmill.pipeline.config import SubstringDedupConfig, outside_identity
 from tokenmill.pipeline.dedup.substring_tasks import CutTask, IndexTask, cut_part, index_part
 from tokenmill.pipeline.run.intermediate import content_hash
 from tokenmill.pipeline.run.prepare_task import read_block_columns
@@ -65,7 +66,7 @@ class SubstringDedup(GlobalStage):
 
     name = "substring_dedup"
     version = 1
-    how_cut = ("part_tokens",)
+    how_cut = outside_identity(SubstringDedupConfig)
     columns = ("substring_tokens", "substring_length")
 
     def __init__(self, tokenizer: str = "gpt2", min_tokens: int = 50, scope: str = "source",
