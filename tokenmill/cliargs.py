@@ -1,4 +1,4 @@
-"""The options every ``tokenmill`` command spells the same way.
+"""The options (and counted words) every ``tokenmill`` command spells the same way.
 
 ``-o/--output`` names what a command writes and ``-q/--quiet`` turns off its progress
 output. Older spellings (``--out``, ``--no-progress``) still parse, as hidden aliases that
@@ -31,3 +31,9 @@ def add_quiet_argument(parser: argparse.ArgumentParser, *, help: str = "no progr
     parser.add_argument("-q", "--quiet", dest=dest, action="store_true", help=help)
     for alias in aliases:
         parser.add_argument(alias, dest=dest, action="store_true", help=argparse.SUPPRESS)
+
+
+def counted(n: int, noun: str) -> str:
+    """``"1 source"``, ``"3 sources"``: ``n`` with ``noun`` (a regular plural in -s) in the
+    number it takes."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

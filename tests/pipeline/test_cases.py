@@ -198,5 +198,5 @@ def test_every_source_without_a_license_in_one_error(tmp_path):
     with pytest.raises(SourceError) as e:
         resolve_sources(cfg)
     msg = str(e.value)
-    assert msg.startswith("no license for 2 source(s): 'a' (no license in ") and "\n" not in msg
+    assert msg.startswith("no license for 2 sources: 'a' (no license in ") and "\n" not in msg
     assert "'b' (no license in " in msg and "'c'" not in msg

@@ -50,3 +50,32 @@ def test_a_pattern_given_as_the_path_points_to_allow_patterns(tmp_path):
     assert ": 1 source, tokenizer" in r.stdout
     (line,) = r.stderr.strip().splitlines()
     assert "c4-en-sample/data/*.json.gz does not exist" in line and "allow_patterns" in line
+
+
+def test_an_unreachable_hub_and_a_pattern_that_matches_nothing_are_one_line(tmp_path):
+    """Two unusable sources, one line naming both: a Hub dataset whose host refuses the
+    connection (the Hub client's several-line message folded into it) and a local folder
+    whose ``allow_patterns`` leave no file (the patterns named, relative to the folder)."""
+    yml = tmp_path / "two.yaml"
+    yml.write_text("name: two\ntokenizer: gpt2\nlicenses: {allow: [odc-by]}\nsources:\n"
+                   "  - {name: fw, hub: HuggingFaceFW/fineweb@main}\n"
+                   "  - {name: c4, path: c4-en-sample, allow_patterns: ['data/*.jsonl']}\n")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env |= {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "cache"),
+            "HF_HOME": str(tmp_path / "home"), "HF_HUB_ETAG_TIMEOUT": "5"}
+    r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "run", str(yml), "-q",
+                        "--data-root", str(corpora()), "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("tokenmill: 2 of 2 sources cannot be used: source 'fw': could not "
+                           "fetch Hub dataset HuggingFaceFW/fineweb@main ("), line
+    assert "source 'c4': no readable data files under" in line
+    assert "matching allow_patterns ['data/*.jsonl'] (patterns relative to that folder" in line
+
+
+def test_counted_words_take_their_number():
+    from tokenmill.cliargs import counted
+
+    assert [counted(n, "source") for n in (0, 1, 2, 1200)] == [
+        "0 sources", "1 source", "2 sources", "1,200 sources"]

@@ -50,7 +50,7 @@ def test_sources_without_license_refused_in_one_error(tmp_path):
         run_datamix(cfg, num_cpus=1, progress=False)
     msg = str(e.value)
     assert "\n" not in msg and isinstance(e.value, LicenseError)
-    assert msg.startswith("no license for 2 source(s): 'nolic' (no license in "
+    assert msg.startswith("no license for 2 sources: 'nolic' (no license in "
                           f"{tmp_path / 'nolic' / 'README.md'}), 'nolic2' (no license in ")
     assert "source 'linux' has license 'gpl-2.0'" in msg
     assert not (tmp_path / "out").exists()

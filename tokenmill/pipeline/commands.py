@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenmill import storage
+from tokenmill.cliargs import counted
 
 if TYPE_CHECKING:
     from tokenmill.pipeline.config import DatamixConfig
@@ -36,9 +37,9 @@ def _run(args: argparse.Namespace) -> int:
         datamix = args.fallback
         cfg = load_datamix(datamix, data_root=args.data_root, output_dir=args.output)
     print(storage.redact(
-        f"tokenmill run {datamix}: {len(cfg.sources)} source"
-        f"{'' if len(cfg.sources) == 1 else 's'}, tokenizer "
-        f"{tokenizer_label(cfg.tokenizer)}, data root {cfg.data_root}, output {cfg.output_dir}"))
+        f"tokenmill run {datamix}: {counted(len(cfg.sources), 'source')}, tokenizer "
+        f"{tokenizer_label(cfg.tokenizer)}, data root "
+        f"{cfg.data_root or '(not set: the current folder)'}, output {cfg.output_dir}"))
     try:
         return _run_locked(args, cfg)
     except Exception as e:  # a full disk is named by the output folder, in one line
@@ -107,7 +108,8 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
     print(blocks_line(res))
     size = (f"{res.input_bytes / 1e6:,.1f} MB" if res.input_bytes >= 1e6
             else f"{res.input_bytes:,} bytes")
-    print(f"inputs: {sum(len(s.files) for s in res.manifest.sources)} files, {size}, "
+    n_files = sum(len(s.files) for s in res.manifest.sources)
+    print(f"inputs: {counted(n_files, 'file')}, {size}, "
           f"sha256 (the resume cache's key) in {res.hash_seconds:.2f} s of task time")
     if not args.no_report or args.write_text or cfg.write_text:
         fetch_outputs(out, res.manifest)  # what the report and the text read, on this node

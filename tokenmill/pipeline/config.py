@@ -121,7 +121,8 @@ class SourceConfig(_Model):
                               "to read (default train when `config` is given)")
     allow_patterns: list[str] | None = Field(
         default=None,
-        description="read only files matching these glob patterns (Hub: passed to "
+        description="read only files matching these glob patterns, relative to the source's "
+        "folder (`data/*.json.gz`; `*` also matches `/`, as on the Hub; Hub: passed to "
         "snapshot_download)")
     license: str | None = Field(default=None, description="overrides the dataset card's")
     weight: float = Field(default=1.0, ge=0.0, description="mixture weight")
@@ -538,8 +539,9 @@ class DatamixConfig(_Model):
         "relative to this file; up to 65,536 ids give uint16 shards, more uint32)")
     data_root: str | None = Field(
         default=None,
-        description="folder that local sources' paths are relative to (relative to this file); "
-        "TOKENMILL_DATA_ROOT and --data-root override it", json_schema_extra=OUTSIDE_IDENTITY)
+        description="folder that local sources' paths are relative to (relative to this file; "
+        "not set: the current folder); TOKENMILL_DATA_ROOT and --data-root override it",
+        json_schema_extra=OUTSIDE_IDENTITY)
     output_dir: str | None = Field(
         default=None,
         description="output folder (default out/NAME); -o/--output overrides it",

@@ -115,8 +115,8 @@ def fetch_split_files(folder: Path, src: SourceConfig, commit: str) -> list[str]
     try:
         fetch_files(src.hub.partition("@")[0], commit, rels, cache=folder.parents[2])
     except Exception as e:  # any failure of the Hub client: one line naming the dataset
-        raise HubConfigError(f"could not fetch Hub dataset {src.hub} "
-                             f"({type(e).__name__}: {e})") from e
+        raise HubConfigError(f"could not fetch Hub dataset {src.hub} ({client_error(e)})"
+                             ) from e
     return rels
 
 
@@ -149,6 +149,12 @@ def fetch_card(repo_id: str, revision: str | None) -> Path:
         return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision,
                                       allow_patterns=[CARD]))
     return Path(card).parent
+
+
+def client_error(e: BaseException) -> str:
+    """``"TypeName: message"`` of an error the Hub client raised, on one line (its messages
+    span several: the request, the cause, advice)."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def hub_offline() -> bool:

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenmill import storage
+from tokenmill.cliargs import counted
 from tokenmill.pipeline.config import DatamixConfig, SourceConfig
 from tokenmill.pipeline.read.card import CardError, front_matter
 from tokenmill.pipeline.read.hub import (
     HubConfigError,
+    client_error,
     fetch_card,
     fetch_split_files,
     hub_offline,
@@ -37,8 +39,17 @@ from tokenmill.pipeline.read.readers import is_data_file, printable_name
 _CARD = "README.md"
 #: added to a missing folder's error when its path holds a wildcard: ``path`` names a
 #: folder, and which of its files are read is ``allow_patterns``
-_GLOB_HINT = ("; `path` is a folder, not a pattern: give the folder as `path` and the "
-              "pattern as `allow_patterns`")
+def _patterns_note(src: SourceConfig) -> str:
+    """Added to "no readable data files" when ``allow_patterns`` filtered the folder's."""
+    if not src.allow_patterns or src.hub is not None:
+        return ""
+    return (f" matching allow_patterns {src.allow_patterns} (patterns relative to that "
+            "folder; `*` also matches `/`)")
+
+
+_GLOB_HINT = ("; `path` is a folder, not a pattern: give the dataset's folder (the one with "
+              "its README.md card) as `path` and the pattern, relative to it, as "
+              "`allow_patterns` (path: c4-en-sample, allow_patterns: ['data/*.json.gz'])")
 log = logging.getLogger(__name__)
 
 
@@ -251,7 +262,7 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
             root, revision = _snapshot(src)
         except Exception as e:
             raise SourceError(f"source {src.name!r}: could not fetch Hub dataset {src.hub} "
-                              f"({type(e).__name__}: {e})") from e
+                              f"({client_error(e)})") from e
         origin = hub_origin(src)
     elif storage.is_url(src.path) or storage.is_url(cfg.data_root or ""):
         return _resolve_url_source(cfg, src)
@@ -281,7 +292,8 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
 
         files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
     if not files:
-        raise SourceError(f"source {src.name!r}: no readable data files under {root}")
+        raise SourceError(f"source {src.name!r}: no readable data files under {root}"
+                          + _patterns_note(src))
     _check_text_columns(root, files, src)
     return ResolvedSource(
         name=src.name, root=root, origin=origin, revision=revision, license=license_,
@@ -338,7 +350,7 @@ def _resolve_url_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource
         files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
     if not files:
         raise SourceError(f"source {src.name!r}: no readable data files under "
-                          f"{storage.redact(url)}")
+                          f"{storage.redact(url)}" + _patterns_note(src))
     try:
         _check_text_columns(url, files, src)
     except storage.StorageError as e:
@@ -379,8 +391,8 @@ def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
     license_problems = []
     if missing:
         license_problems.append(
-            f"no license for {len(missing)} source(s): {', '.join(missing)}; set `license:` "
-            "on the source in the datamix, or in the dataset card's front matter")
+            f"no license for {counted(len(missing), 'source')}: {', '.join(missing)}; set "
+            "`license:` on the source in the datamix, or in the dataset card's front matter")
     try:
         check_source_licenses(cfg, resolved)
     except LicenseError as e:
@@ -389,5 +401,6 @@ def resolve_sources(cfg: DatamixConfig) -> list[ResolvedSource]:
         return resolved
     message = "; ".join(problems + license_problems)
     if problems:
-        message = f"{unusable} of {len(cfg.sources)} sources cannot be used: {message}"
+        message = (f"{unusable} of {counted(len(cfg.sources), 'source')} cannot be used: "
+                   f"{message}")
     raise (SourceLicenseError if license_problems else SourceError)(message)
