@@ -36,6 +36,7 @@ from tokenmill import storage
 LOCK_NAME = ".tokenmill.lock"
 
 _held: dict[str, int] = {}  # lock path -> nesting depth, in this process
+_created: set[str] = set()  # lock paths whose folder acquire() made (removed if left empty)
 
 
 class OutputLockedError(RuntimeError):
@@ -148,6 +149,7 @@ def acquire(out_dir: str | os.PathLike) -> Path | str:
     if storage.is_url(out_dir):
         return _acquire_url(storage.normalize(out_dir))
     out = Path(out_dir).resolve()
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
     if str(path) in _held:
@@ -156,6 +158,8 @@ def acquire(out_dir: str | os.PathLike) -> Path | str:
     for attempt in range(50):
         if _try_create(path):
             _held[str(path)] = 1
+            if created:
+                _created.add(str(path))
             return path
         holder = _read_holder(path)
         if holder is None:
@@ -197,6 +201,10 @@ def release(path: Path | str) -> None:
     if holder and holder.get("pid") == os.getpid():
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+    if str(path) in _created:  # a run that wrote nothing leaves no folder it made behind
+        _created.discard(str(path))
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only when empty
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ def test_a_pattern_given_as_the_path_points_to_allow_patterns(tmp_path):
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 2, r.stderr
     assert ": 1 source, tokenizer" in r.stdout
+    assert not (tmp_path / "o").exists()  # a run that wrote nothing leaves no folder
     (line,) = r.stderr.strip().splitlines()
     assert "c4-en-sample/data/*.json.gz does not exist" in line and "allow_patterns" in line
 
