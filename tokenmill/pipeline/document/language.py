@@ -99,13 +99,6 @@ def fasttext_lines(texts: Sequence[str], max_chars: int | None = 20_000) -> list
     return [fasttext_line(t, max_chars) for t in texts]
 
 
-def _fasttext_predict(line: str) -> tuple[str, float]:
-    """Top label of a prepared line, through fastText's C++ ``predict`` (what the
-    Python wrapper ``predict`` calls, without its per-call checks)."""
-    (prob, label), = _fasttext_model().f.predict(line + "\n", 1, 0.0, "strict")
-    return label.removeprefix("__label__"), min(1.0, float(prob))
-
-
 def detect_language(text: str, backend: str = "fasttext",
                     max_chars: int | None = 20_000) -> tuple[str, float]:
     """Top language of ``text`` and its probability in [0, 1].
@@ -120,8 +113,7 @@ def detect_language(text: str, backend: str = "fasttext",
     if backend not in BACKENDS:
         raise ValueError(f"unknown language-id backend {backend!r}; known: {BACKENDS}")
     if backend == "fasttext":
-        line = fasttext_line(text, max_chars)
-        return _fasttext_predict(line) if line else ("und", 0.0)
+        return detect_languages([text], backend, max_chars)[0]
     if max_chars is not None:
         text = text[:max_chars]
     line = " ".join(text.split())

@@ -39,18 +39,28 @@ from tokenmill.pipeline.read.readers import is_data_file, printable_name
 _CARD = "README.md"
 #: added to a missing folder's error when its path holds a wildcard: ``path`` names a
 #: folder, and which of its files are read is ``allow_patterns``
+_GLOB_HINT = ("; `path` is a folder, not a pattern: give the dataset's folder (the one with "
+              "its README.md card) as `path` and the pattern, relative to it, as "
+              "`allow_patterns` (path: c4-en-sample, allow_patterns: ['data/*.json.gz'])")
+log = logging.getLogger(__name__)
+
+
+def _allowed(files: list[str], src: SourceConfig) -> list[str]:
+    """The ``files`` (relative to the source's folder) that a local or bucket source's
+    ``allow_patterns`` keep (all without patterns)."""
+    if not src.allow_patterns:
+        return files
+    import fnmatch
+
+    return [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
+
+
 def _patterns_note(src: SourceConfig) -> str:
     """Added to "no readable data files" when ``allow_patterns`` filtered the folder's."""
     if not src.allow_patterns or src.hub is not None:
         return ""
     return (f" matching allow_patterns {src.allow_patterns} (patterns relative to that "
             "folder; `*` also matches `/`)")
-
-
-_GLOB_HINT = ("; `path` is a folder, not a pattern: give the dataset's folder (the one with "
-              "its README.md card) as `path` and the pattern, relative to it, as "
-              "`allow_patterns` (path: c4-en-sample, allow_patterns: ['data/*.json.gz'])")
-log = logging.getLogger(__name__)
 
 
 class SourceError(ValueError):
@@ -287,10 +297,8 @@ def resolve_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource:
     files, skipped, links = _list_files(root, blobs)  # a Hub snapshot links into its blobs
     if src.hub is not None and (src.config is not None or src.split is not None):
         files, skipped = _hub_split_files(root, src, revision), []
-    elif src.allow_patterns and src.hub is None:
-        import fnmatch
-
-        files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
+    elif src.hub is None:
+        files = _allowed(files, src)
     if not files:
         raise SourceError(f"source {src.name!r}: no readable data files under {root}"
                           + _patterns_note(src))
@@ -344,10 +352,7 @@ def _resolve_url_source(cfg: DatamixConfig, src: SourceConfig) -> ResolvedSource
         part.startswith(".") for part in r.split("/"))]
     files = [r for r in rels if is_data_file(r)]
     skipped = [printable_name(r) for r in rels if not is_data_file(r)]
-    if src.allow_patterns:
-        import fnmatch
-
-        files = [f for f in files if any(fnmatch.fnmatch(f, p) for p in src.allow_patterns)]
+    files = _allowed(files, src)
     if not files:
         raise SourceError(f"source {src.name!r}: no readable data files under "
                           f"{storage.redact(url)}" + _patterns_note(src))
