@@ -15,7 +15,8 @@ Also printed, measured in the same run on the same texts:
   has them, each deciding on every document (none removed, so each filter sees all);
 * ``fastText predict loop``: the peer of the language stage, ``model.predict(line)`` per
   document on the lines the stage hands to fastText, prepared beforehand (what the
-  language stage costs at best with fastText's own Python API); ``fastText, whole texts``:
+  language stage would cost with fastText's own Python API; the stage computes the same
+  predictions in numba, float for float); ``fastText, whole texts``:
   ``model.predict(text.replace("\n", " "))`` per document, as datatrove's filter calls it
   (the stage and both peers timed block by block in turn, so that they share the load);
 * ``per-document path``: read, normalize, length, the four filters, language, the exact

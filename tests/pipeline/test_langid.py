@@ -7,6 +7,7 @@ import json
 import socket
 from collections import Counter
 
+import fasttext
 import pytest
 
 from tests.shared import corpora
@@ -110,7 +111,7 @@ def test_fasttext_line_gives_the_words_of_the_split_text():
     same words (fastText splits at runs of space, tab, \\v, \\f, \\r and NUL) and the same
     prediction, for ASCII and other texts, with the whitespace fastText does not split
     at."""
-    model = langid._fasttext_model()
+    model = fasttext.load_model(str(fasttext_model_path()))  # fastText's own reading
     texts = ["plain words\nand lines\n", "a\x1cb c\x1fd\ne", "caf\u00e9 au lait\u00a0ici\n",
              "\u3000\u6f22\u5b57\u3000\u304b\u306a\u2028next\u2029x\x85y", "t\tab\x0bv\x0cf\rr\0n",
              "  \n", "", "ok\u202f\u205f\u1680\u2000\u200a end", "a" * 30 + "\u00a0b" * 5]
@@ -127,7 +128,7 @@ def test_fasttext_line_gives_the_words_of_the_split_text():
 
 
 def test_batched_prediction_equals_one_text_at_a_time():
-    """The filter predicts its documents in batches (fastText's ``multilinePredict``): every
+    """The filter predicts its documents in batches (one call of the compiled model): every
     label and score is the one :func:`detect_language` gives for the text alone, blank
     texts included, across batch edges."""
     texts = _cc()[:300] + ["", "  \n ", "caf\u00e9\u00a0ici\nencore"] + _c4(40)

@@ -52,8 +52,9 @@ def _stamp() -> Path:
 
 
 def warm_numba_cache() -> None:
-    """Run every quality filter, the length filter, normalization and the exact and fuzzy
-    dedup columns over a few small documents (each kernel compiled, or loaded, once);
+    """Run every quality filter, the length filter, normalization, language id and the
+    exact and fuzzy dedup columns over a few small documents (each kernel compiled, or
+    loaded, once);
     nothing when the stamp of the last warm-up names these same sources and numba's index
     files it lists are all still there.
 
@@ -77,6 +78,7 @@ def warm_numba_cache() -> None:
 def _compile_kernels() -> None:
     from tokenmill.pipeline.dedup.exact import ExactDedup
     from tokenmill.pipeline.dedup.fuzzy import MinHashDedup
+    from tokenmill.pipeline.document.language import LanguageFilter
     from tokenmill.pipeline.document.length import LengthFilter
     from tokenmill.pipeline.document.quality import build_quality_filter
     from tokenmill.pipeline.read.normalize import Normalize
@@ -93,6 +95,7 @@ def _compile_kernels() -> None:
     list(chain)
     list(LengthFilter()(iter(docs())))
     list(Normalize()(iter(docs())))
+    list(LanguageFilter()(iter(docs())))
     ExactDedup().block_columns(docs())
     MinHashDedup().block_columns(docs())
 
