@@ -224,3 +224,18 @@ def test_shutdown_behind_the_caller_is_waited_for_by_the_next_session_and_the_ex
     while _session_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.25)
     assert _session_pids(proc.pid) == [], "Ray processes outlived the driver"
+
+
+def test_workers_allocate_arrow_buffers_with_the_system_allocator(ray_up) -> None:
+    """A task's pyarrow buffers come from malloc, as the driver's (see
+    ``tokenmill._arrow_on_the_system_allocator``)."""
+    import ray
+
+    @ray.remote
+    def backend() -> str:
+        import pyarrow as pa
+
+        import tokenmill  # noqa: F401  (what a tokenmill task's unpickling imports)
+        return pa.default_memory_pool().backend_name
+
+    assert ray.get(backend.remote()) == "system"
