@@ -77,7 +77,7 @@ def test_bundled_model_predicts_as_fasttext_on_every_corpus():
 
 def _write_model(path: Path, weights: np.ndarray | None = None,
                  quantized: tuple[np.ndarray, np.ndarray] | None = None, bucket: int = 1000,
-                 loss: int = 1) -> None:
+                 loss: int = 1, word_ngrams: int = 1) -> None:
     """A fastText model file in fastText's own format, with the bundled model's words,
     labels and output vectors and input rows of our choosing: dense ``weights``, or
     product-quantized (codes, centroids) without norms; every n-gram bucket kept."""
@@ -85,7 +85,7 @@ def _write_model(path: Path, weights: np.ndarray | None = None,
     words, word_counts = bundled.get_words(include_freq=True)
     labels, label_counts = bundled.get_labels(include_freq=True)
     out = [struct.pack("<ii", 793712314, 12),
-           struct.pack("<12i", 16, 5, 5, 1, 5, 1, loss, 3, bucket, 2, 4, 100),
+           struct.pack("<12i", 16, 5, 5, 1, 5, word_ngrams, loss, 3, bucket, 2, 4, 100),
            struct.pack("<d", 1e-4),
            struct.pack("<iiiqq", len(words) + len(labels), len(words), len(labels), 10**6, -1)]
     for entries, counts, kind in ((words, word_counts, 0), (labels, label_counts, 1)):
@@ -120,17 +120,18 @@ def test_a_dense_and_a_quantized_model_without_norms_predict_as_fasttext(tmp_pat
 
 
 def test_models_it_does_not_predict_and_damaged_files_raise_one_line(tmp_path):
-    """A softmax model, a truncated, a foreign and an empty file and a dictionary that
-    claims two billion entries: ``ValueError`` naming the file, never an unbounded read."""
+    """A negative-sampling model, a truncated, a foreign and an empty file and a
+    dictionary that claims two billion entries: ``ValueError`` naming the file, never an
+    unbounded read."""
     rows = len(fasttext.load_model(str(fasttext_model_path())).words) + 1000
-    _write_model(tmp_path / "softmax.bin", weights=np.zeros((rows, 16)), loss=2)
+    _write_model(tmp_path / "sampled.bin", weights=np.zeros((rows, 16)), loss=2)
     good = fasttext_model_path().read_bytes()
     (tmp_path / "cut.ftz").write_bytes(good[:len(good) // 2])
     (tmp_path / "foreign.bin").write_bytes(b"PK\x03\x04" + bytes(100))
     (tmp_path / "empty.bin").write_bytes(b"")
     (tmp_path / "huge.bin").write_bytes(good[:64] + struct.pack("<iii", 2**31 - 1, 2**31 - 2, 1)
                                         + good[76:200])
-    for name in ("softmax.bin", "cut.ftz", "foreign.bin", "empty.bin", "huge.bin"):
+    for name in ("sampled.bin", "cut.ftz", "foreign.bin", "empty.bin", "huge.bin"):
         with pytest.raises(ValueError, match=name) as e:
             FastTextModel.load(tmp_path / name)
         assert "\n" not in str(e.value)
@@ -142,3 +143,84 @@ def test_the_kernel_refuses_lines_that_do_not_end():
     with pytest.raises(ValueError, match="ended by a newline"):
         predict_lines(data, 1, model.weights, model.output, model.left, model.right,
                       model.vocab, model.memo)
+
+
+def _trained(tmp_path: Path) -> Path:
+    """A model fastText trains (softmax, word bigrams, as ``tokenmill classifier train``)
+    on 300 C4 texts labelled alternately, in a process of its own (see tests.tinymodel)."""
+    import gzip
+    import json
+
+    from tests.tinymodel import train_tiny_model
+
+    f = sorted(corpora("c4-en-sample", "data").glob("*.json.gz"))[0]
+    with gzip.open(f, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line)["text"] for _, line in zip(range(300), fh, strict=False)]
+    lines = [f"__label__{'hq' if i % 3 else 'cc'} {' '.join(t.split())}"
+             for i, t in enumerate(rows)]
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    train_tiny_model(tmp_path / "train.txt", tmp_path / "model.bin", dim=16, bucket=5000)
+    return tmp_path / "model.bin"
+
+
+def _all_labels(path: Path, lines: list[str]) -> np.ndarray:
+    ref = fasttext.load_model(str(path))
+    labels, probs = ref.predict(lines, k=-1)
+    out = np.zeros((len(lines), len(ref.labels)), dtype=np.float64)
+    for row, (labs, ps) in enumerate(zip(labels, probs, strict=True)):
+        for lab, p in zip(labs, ps, strict=True):
+            out[row, ref.labels.index(lab)] = p
+    return out
+
+
+def test_crafted_softmax_models_with_word_ngrams_predict_as_fasttext(tmp_path):
+    """Softmax with word bi- and trigrams over random dense and quantized rows (every
+    bucket kept): the top label and every label's probability equal fastText's."""
+    rng = np.random.default_rng(11)
+    rows = len(fasttext.load_model(str(fasttext_model_path())).words) + 1000
+    _write_model(tmp_path / "dense.bin", weights=rng.normal(0, 0.5, (rows, 16)), loss=3,
+                 word_ngrams=2)
+    _write_model(tmp_path / "quant.ftz", quantized=(rng.integers(0, 256, (rows, 8)),
+                                                    rng.normal(0, 0.5, 16 * 256)),
+                 loss=3, word_ngrams=3)
+    lines = [line for line in fasttext_lines(_texts("c4-en-sample")[:150] + EDGES) if line]
+    for name in ("dense.bin", "quant.ftz"):
+        model = FastTextModel.load(tmp_path / name)
+        _assert_same(model, _reference(tmp_path / name, lines), lines)
+        assert np.array_equal(model.probabilities(lines).astype(np.float64),
+                              _all_labels(tmp_path / name, lines)), name
+
+
+def test_a_trained_classifier_and_its_quantized_copy_predict_as_fasttext(tmp_path):
+    """A model as ``tokenmill classifier train`` makes them (softmax, word bigrams), and
+    the same quantized with norms and pruned: the top label and every label's
+    probability equal fastText's ``predict`` (k = 1 and k = -1)."""
+    lines = [" ".join(t.split()) or "x" for t in _texts("c4-en-sample")[300:500] + EDGES]
+    trained = _trained(tmp_path)
+    quantized = fasttext.load_model(str(trained))
+    quantized.quantize(input=str(tmp_path / "train.txt"), qnorm=True, retrain=False,
+                       cutoff=2000)
+    quantized.save_model(str(tmp_path / "quantized.ftz"))
+    for path in (trained, tmp_path / "quantized.ftz"):
+        model = FastTextModel.load(path)
+        _assert_same(model, _reference(path, lines), lines)
+        got = model.probabilities(lines).astype(np.float64)
+        assert np.array_equal(got, _all_labels(path, lines)), path.name
+
+
+def test_the_classifier_stage_scores_as_fasttext_and_falls_back_for_other_losses(tmp_path):
+    """The classifier stage's scores are fastText's; a one-vs-all model (a loss the compiled
+    prediction does not have) is scored by fastText itself."""
+    from tokenmill.pipeline.document.classifier import label_scores, load_model
+
+    texts = _texts("c4-en-sample")[300:400]
+    lines = [" ".join(t.split()) for t in texts]
+    ova = tmp_path / "ova.bin"
+    rows = len(fasttext.load_model(str(fasttext_model_path())).words) + 1000
+    _write_model(ova, weights=np.random.default_rng(3).normal(0, 0.5, (rows, 16)), loss=4)
+    for path, kind in ((_trained(tmp_path), FastTextModel), (ova, fasttext.FastText._FastText)):
+        model = load_model(str(path))
+        assert isinstance(model, kind)
+        label = fasttext.load_model(str(path)).labels[0]
+        want = _all_labels(path, lines)[:, 0]
+        assert label_scores(model, lines, label) == [min(1.0, p) for p in want.tolist()]

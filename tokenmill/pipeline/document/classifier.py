@@ -28,7 +28,10 @@ document, in its quarantine ``detail``. With ``threshold`` a document scoring be
 removed (``classifier:below_threshold``); with ``top_fraction`` the stage only scores and
 :class:`~tokenmill.pipeline.document.classifier_top.ClassifierTopFraction` (a global stage,
 after dedup) keeps the best-scored share of each source. The model is loaded once per
-worker process.
+worker process and predicted by
+:class:`~tokenmill.pipeline.document.fasttext_model.FastTextModel` (fastText's own
+arithmetic compiled, the same scores); a model of another loss (one-vs-all, negative
+sampling) by fastText itself.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenmill import objectcache
+from tokenmill.pipeline.document.fasttext_model import FastTextModel
 from tokenmill.pipeline.stage import Document, DocumentStage
 
 TEXT_PREPS = ("dclm", "lower", "none")
@@ -63,26 +67,41 @@ def prepare_text(text: str, prep: str = "dclm", max_chars: int | None = None) ->
 @functools.lru_cache(maxsize=2)
 def load_model(path: str, digest: str = ""):
     """The fastText model at ``path``, loaded once per process (``digest``: of its bytes,
-    so a replaced file is loaded again).
+    so a replaced file is loaded again): a :class:`FastTextModel` (fastText's prediction
+    compiled, float for float), or fastText's own model for a kind it does not predict
+    (one-vs-all or negative-sampling losses, a quantized output matrix, over 1 GiB).
 
     Raises:
         FileNotFoundError: no file at ``path``.
         ValueError: the file is not a fastText model.
     """
-    import fasttext
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"classifier model {path} not found")
+    try:
+        return FastTextModel.load(path)
+    except ValueError:
+        pass
+    import fasttext
+
     try:
         return fasttext.load_model(path)
     except Exception as e:  # fastText raises bare ValueError/RuntimeError
         raise ValueError(f"classifier model {path}: not a fastText model ({e})") from None
 
 
+def _labels(model) -> list[str]:
+    return list(model.labels) if isinstance(model, FastTextModel) else model.get_labels()
+
+
 def label_scores(model, lines: list[str], label: str) -> list[float]:
     """Probability of ``label`` for each prepared line (0.0 when the model never predicts
-    it, e.g. an empty line)."""
+    it, e.g. an empty line), as fastText's ``predict(lines, k=-1)`` gives it."""
     want = label if label.startswith(LABEL_PREFIX) else LABEL_PREFIX + label
+    if isinstance(model, FastTextModel):
+        if want not in model.labels:
+            return [0.0] * len(lines)
+        column = model.probabilities(lines)[:, model.labels.index(want)]
+        return [min(1.0, p) for p in column.tolist()]
     out = []
     labels, probs = model.predict(lines, k=-1)
     for labs, ps in zip(labels, probs, strict=True):
@@ -98,8 +117,8 @@ def label_scores(model, lines: list[str], label: str) -> list[float]:
 def check_label(model, label: str, path: str) -> None:
     """Raise ``ValueError`` when the model has no ``label``."""
     want = label if label.startswith(LABEL_PREFIX) else LABEL_PREFIX + label
-    if want not in model.get_labels():
-        known = [lab.removeprefix(LABEL_PREFIX) for lab in model.get_labels()]
+    if want not in _labels(model):
+        known = [lab.removeprefix(LABEL_PREFIX) for lab in _labels(model)]
         raise ValueError(f"classifier model {path} has no label {label!r}; its labels: {known}")
 
 

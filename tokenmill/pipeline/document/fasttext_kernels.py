@@ -23,6 +23,9 @@ import numba
 import numpy as np
 
 _FNV_OFFSET, _FNV_PRIME = 2166136261, 16777619
+#: fastText's hash of "</s>"
+_EOS_HASH = 3617362777
+_WORD_NGRAM_PRIME = 116049371
 #: tokens longer than this (bytes) are not remembered
 MEMO_TOKEN_BYTES = 64
 
@@ -200,14 +203,15 @@ def _add_new_token(data, start, end, h, slot, hidden, weights, vocab, memo, word
 
 
 @numba.njit(cache=True)
-def _line_hidden(data, at, hidden, weights, vocab, memo, word, rows):
+def _line_hidden(data, at, hidden, weights, vocab, memo, word, rows, hashes):
     """Sum the input rows of the line starting at ``data[at]`` (ended by ``\\n``, read as
-    fastText's end-of-sentence word) into ``hidden``; returns (rows, start of the next
-    line). A token ``</s>`` ends the line there, as in fastText."""
+    fastText's end-of-sentence word) into ``hidden``, and write the hashes of its words
+    (not labels; the end-of-sentence word last) into ``hashes``; returns (rows, start of
+    the next line, words). A token ``</s>`` ends the line there, as in fastText."""
     # one call per line: a call per token would cost more than the token (numba counts
     # references of every array passed), so a remembered token is added right here
     memo_row_starts, memo_rows = memo[4], memo[5]
-    n_rows = 0
+    n_rows, n_words = 0, 0
     i = at
     while True:
         while data[i] != 10 and _is_separator(data[i]):
@@ -222,9 +226,13 @@ def _line_hidden(data, at, hidden, weights, vocab, memo, word, rows):
             if eos_id >= 0:
                 _add_row(hidden, weights, eos_id)
                 n_rows += 1
+            hashes[n_words] = _EOS_HASH
             while data[i] != 10:
                 i += 1
-            return n_rows, i + 1
+            return n_rows, i + 1, n_words + 1
+        if not _is_label(data, start, i):
+            hashes[n_words] = h
+            n_words += 1
         slot = -1
         if i - start <= MEMO_TOKEN_BYTES:
             found = _memo_find(data, start, i, h, memo)
@@ -274,28 +282,183 @@ def _best_label(hidden, output, left, right):
 
 
 @numba.njit(cache=True)
-def predict_lines(data, nlines, weights, output, left, right, vocab, memo):
-    """Top label (int32 ``[nlines]``, -1 for none) and its probability (float32) of each
-    ``\\n``-ended line in the UTF-8 bytes ``data`` (uint8); ``weights`` float32
-    ``[rows, dim]`` (decoded input matrix), ``output`` float32 ``[labels, dim]``,
-    ``left``/``right`` int32 tree children."""
-    if data.size == 0 or data[data.size - 1] != 10 or (data == 10).sum() != nlines:
-        raise ValueError("predict_lines reads nlines lines, each ended by a newline")
-    found = np.full(nlines, -1, dtype=np.int32)
-    probs = np.zeros(nlines, dtype=np.float32)
-    hidden = np.zeros(output.shape[1], dtype=np.float32)
-    word = np.empty(data.size + 2, dtype=np.uint8)
-    rows = np.empty(1 + (MEMO_TOKEN_BYTES + 2) * max(vocab[4][1], 1), dtype=np.int32)
-    at = 0
-    for line in range(nlines):
-        hidden[:] = 0
-        n_rows, at = _line_hidden(data, at, hidden, weights, vocab, memo, word, rows)
-        if n_rows == 0:
-            continue
+def _add_word_ngrams(hidden, weights, vocab, hashes, n_words, word_ngrams):
+    """Add the rows of the line's word n-grams (n = 2 .. ``word_ngrams``), as fastText's
+    addWordNgrams: hashes read as int32 and widened to uint64; returns how many."""
+    ngrams, bucket, nwords = vocab[3], vocab[4][2], vocab[4][4]
+    added = 0
+    for i in range(n_words):
+        h = _widened(hashes[i])
+        for j in range(i + 1, min(n_words, i + word_ngrams)):
+            h = h * np.uint64(_WORD_NGRAM_PRIME) + _widened(hashes[j])
+            row = _ngram_row(np.int64(h % np.uint64(bucket)), ngrams, nwords)
+            if row >= 0:
+                _add_row(hidden, weights, row)
+                added += 1
+    return added
+
+
+@numba.njit(cache=True, inline="always")
+def _widened(h):
+    # a uint32 hash stored as fastText's int32, then widened (sign-extended) to uint64
+    return np.uint64(h) | np.uint64(0xFFFFFFFF00000000) if h >= 0x80000000 else np.uint64(h)
+
+
+@numba.njit(cache=True)
+def _hidden(data, at, hidden, weights, vocab, memo, word, rows, hashes, word_ngrams):
+    """fastText's computeHidden of the line at ``data[at]``: the mean of its input rows
+    (words, character and word n-grams) in ``hidden``; returns (rows, next line)."""
+    hidden[:] = 0
+    n_rows, at, n_words = _line_hidden(data, at, hidden, weights, vocab, memo, word, rows,
+                                       hashes)
+    if word_ngrams > 1:
+        n_rows += _add_word_ngrams(hidden, weights, vocab, hashes, n_words, word_ngrams)
+    if n_rows > 0:
         scale = np.float32(1.0 / n_rows)
         for j in range(hidden.size):
             hidden[j] *= scale
-        label, score = _best_label(hidden, output, left, right)
+    return n_rows, at
+
+
+@numba.njit(cache=True)
+def _softmax(hidden, output, out):
+    """fastText's SoftmaxLoss::computeOutput into ``out`` (float32)."""
+    for i in range(output.shape[0]):
+        d = np.float32(0.0)
+        for j in range(hidden.size):
+            d += output[i, j] * hidden[j]
+        out[i] = d
+    top = out[0]
+    for i in range(out.size):
+        top = max(out[i], top)
+    z = np.float32(0.0)
+    for i in range(out.size):
+        out[i] = np.float32(np.exp(np.float64(out[i] - top)))
+        z += out[i]
+    for i in range(out.size):
+        out[i] /= z
+
+
+@numba.njit(cache=True)
+def _tree_log_probs(hidden, output, left, right, out):
+    """Every leaf's log-probability as fastText's dfs reaches it with k = every label
+    (``-inf`` for a leaf it prunes)."""
+    osz = output.shape[0]
+    floor = _std_log(0.0)
+    out[:] = -np.inf
+    nodes = np.empty(2 * osz, dtype=np.int64)
+    scores = np.empty(2 * osz, dtype=np.float32)
+    nodes[0], scores[0], top = 2 * osz - 2, np.float32(0.0), 1
+    while top > 0:
+        top -= 1
+        node, score = nodes[top], scores[top]
+        if score < floor:
+            continue
+        if left[node] == -1 and right[node] == -1:
+            out[node] = score
+            continue
+        f = np.float32(0.0)
+        for j in range(hidden.size):
+            f += output[node - osz, j] * hidden[j]
+        f = np.float32(1.0 / np.float64(np.float32(1.0) + np.exp(-f)))
+        nodes[top], scores[top] = right[node], score + _std_log(f)
+        nodes[top + 1], scores[top + 1] = left[node], score + _std_log(1.0 - np.float64(f))
+        top += 2
+
+
+def _check_lines(data, nlines):
+    if data.size == 0 or data[data.size - 1] != 10 or int((data == 10).sum()) != nlines:
+        raise ValueError("predict_lines reads nlines lines, each ended by a newline")
+
+
+@numba.njit(cache=True)
+def _scratch(data, vocab):
+    word = np.empty(data.size + 2, dtype=np.uint8)
+    rows = np.empty(1 + (MEMO_TOKEN_BYTES + 2) * max(vocab[4][1], 1), dtype=np.int32)
+    hashes = np.empty(data.size + 1, dtype=np.int64)
+    return word, rows, hashes
+
+
+@numba.njit(cache=True)
+def _predict_top(data, nlines, weights, output, left, right, vocab, memo, softmax,
+                 word_ngrams):
+    found = np.full(nlines, -1, dtype=np.int32)
+    probs = np.zeros(nlines, dtype=np.float32)
+    hidden = np.zeros(output.shape[1], dtype=np.float32)
+    out = np.zeros(output.shape[0], dtype=np.float32)
+    word, rows, hashes = _scratch(data, vocab)
+    at = 0
+    for line in range(nlines):
+        n_rows, at = _hidden(data, at, hidden, weights, vocab, memo, word, rows, hashes,
+                             word_ngrams)
+        if n_rows == 0:
+            continue
+        if softmax:
+            _softmax(hidden, output, out)
+            label, score = -1, np.float32(0.0)
+            for i in range(out.size):  # findKBest, k = 1: a later label of equal score wins
+                if label < 0 or _std_log(out[i]) >= score:
+                    label, score = i, _std_log(out[i])
+        else:
+            label, score = _best_label(hidden, output, left, right)
         if label >= 0:
             found[line], probs[line] = label, np.exp(score)
     return found, probs
+
+
+@numba.njit(cache=True)
+def _predict_all(data, nlines, weights, output, left, right, vocab, memo, softmax,
+                 word_ngrams):
+    probs = np.zeros((nlines, output.shape[0]), dtype=np.float32)
+    hidden = np.zeros(output.shape[1], dtype=np.float32)
+    out = np.zeros(output.shape[0], dtype=np.float32)
+    word, rows, hashes = _scratch(data, vocab)
+    at = 0
+    for line in range(nlines):
+        n_rows, at = _hidden(data, at, hidden, weights, vocab, memo, word, rows, hashes,
+                             word_ngrams)
+        if n_rows == 0:
+            continue
+        if softmax:
+            _softmax(hidden, output, out)
+            for i in range(out.size):
+                probs[line, i] = np.exp(_std_log(out[i]))
+        else:
+            _tree_log_probs(hidden, output, left, right, out)
+            for i in range(out.size):
+                if out[i] > -np.inf:
+                    probs[line, i] = np.exp(out[i])
+    return probs
+
+
+def predict_lines(data: np.ndarray, nlines: int, weights: np.ndarray, output: np.ndarray,
+                  left: np.ndarray, right: np.ndarray, vocab: tuple, memo: tuple,
+                  softmax: bool = False, word_ngrams: int = 1
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Top label (int32 ``[nlines]``, -1 for none) and its probability (float32) of each
+    ``\\n``-ended line in the UTF-8 bytes ``data`` (uint8), as fastText's ``predict``
+    with k = 1; ``weights`` float32 ``[rows, dim]`` (decoded input matrix), ``output``
+    float32 ``[labels, dim]``, ``left``/``right`` int32 tree children (hierarchical
+    softmax), ``softmax``: the model's loss is softmax.
+
+    Raises:
+        ValueError: ``data`` is not ``nlines`` newline-ended lines.
+    """
+    _check_lines(data, nlines)
+    return _predict_top(data, nlines, weights, output, left, right, vocab, memo, softmax,
+                        word_ngrams)
+
+
+def predict_all_lines(data: np.ndarray, nlines: int, weights: np.ndarray, output: np.ndarray,
+                      left: np.ndarray, right: np.ndarray, vocab: tuple, memo: tuple,
+                      softmax: bool = False, word_ngrams: int = 1) -> np.ndarray:
+    """float32 ``[nlines, labels]``: every label's probability as fastText's ``predict``
+    with k = -1 lists it (0.0 for a label it does not list). Arguments as
+    :func:`predict_lines`.
+
+    Raises:
+        ValueError: ``data`` is not ``nlines`` newline-ended lines.
+    """
+    _check_lines(data, nlines)
+    return _predict_all(data, nlines, weights, output, left, right, vocab, memo, softmax,
+                        word_ngrams)

@@ -18,9 +18,10 @@ lookups: a batch of lines is one call with no allocation per word, and a token s
 before (the memo of :mod:`~tokenmill.pipeline.document.fasttext_kernels`) costs one hash
 and its row additions.
 
-Supported: supervised models with the hierarchical-softmax loss, ``wordNgrams`` 1, an
-input matrix dense or quantized (with or without norms), a dense output matrix (the
-bundled ``lid.176.ftz``). Anything else raises ``ValueError``.
+Supported: supervised models with the hierarchical-softmax (the bundled ``lid.176.ftz``)
+or softmax loss (fastText's default, the quality classifiers'), any ``wordNgrams``, an
+input matrix dense or quantized (with or without norms), a dense output matrix. Anything
+else (one-vs-all or negative-sampling losses, a quantized output) raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenmill.pipeline.document.fasttext_kernels import ngram_slot, predict_lines
+from tokenmill.pipeline.document.fasttext_kernels import (
+    ngram_slot,
+    predict_all_lines,
+    predict_lines,
+)
 
 _MAGIC, _VERSION = 793712314, 12
-_LOSS_HS, _MODEL_SUPERVISED = 1, 3
+_LOSS_HS, _LOSS_SOFTMAX, _MODEL_SUPERVISED = 1, 3, 3  # fastText: hs 1, ns 2, softmax 3, ova 4
 _EOS = b"</s>"
 #: a model file larger than this is not read (lid.176.bin is 131 MB)
 MAX_MODEL_BYTES = 1 << 30
@@ -54,6 +59,8 @@ class FastTextModel:
         vocab: the dictionary's arrays and ``[minn, maxn, bucket, eos_id]`` (see
             :mod:`~tokenmill.pipeline.document.fasttext_kernels`).
         memo: the remembered rows of tokens seen (mutable; results never depend on it).
+        softmax: the loss is softmax (else hierarchical softmax).
+        word_ngrams: fastText's ``wordNgrams`` (word n-grams up to this length).
     """
 
     labels: tuple[str, ...]
@@ -63,6 +70,8 @@ class FastTextModel:
     right: np.ndarray
     vocab: tuple
     memo: tuple
+    softmax: bool = False
+    word_ngrams: int = 1
 
     @classmethod
     def load(cls, path: str | Path) -> FastTextModel:
@@ -90,15 +99,34 @@ class FastTextModel:
             lines: texts without ``"\\n"`` (fastText reads one line each).
 
         Raises:
+            ValueError: a line holds ``"\\n"``.
             UnicodeEncodeError: a line holds a lone surrogate.
         """
         if not lines:
             return []
-        data = np.frombuffer(("\n".join(lines) + "\n").encode(), dtype=np.uint8)
-        found, probs = predict_lines(data, len(lines), self.weights, self.output, self.left,
-                                     self.right, self.vocab, self.memo)
+        found, probs = predict_lines(_lines_bytes(lines), len(lines), *self._arrays())
         return [(self.labels[i], p) if i >= 0 else ("", 0.0)
                 for i, p in zip(found.tolist(), probs.tolist(), strict=True)]
+
+    def probabilities(self, lines: list[str]) -> np.ndarray:
+        """float32 ``[len(lines), len(labels)]``: each label's probability as fastText's
+        ``predict(line, k=-1)`` lists it (0.0 for a label it leaves out).
+
+        Raises:
+            ValueError: a line holds ``"\\n"``.
+            UnicodeEncodeError: a line holds a lone surrogate.
+        """
+        if not lines:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        return predict_all_lines(_lines_bytes(lines), len(lines), *self._arrays())
+
+    def _arrays(self) -> tuple:
+        return (self.weights, self.output, self.left, self.right, self.vocab, self.memo,
+                self.softmax, self.word_ngrams)
+
+
+def _lines_bytes(lines: list[str]) -> np.ndarray:
+    return np.frombuffer(("\n".join(lines) + "\n").encode(), dtype=np.uint8)
 
 
 def _new_memo(table_slots: int = 1 << 19, row_capacity: int = 1 << 22) -> tuple:
@@ -143,14 +171,17 @@ def _parse(r: _Reader) -> FastTextModel:
     dim, _ws, _epoch, _mincount, _neg, word_ngrams, loss, model, bucket, minn, maxn, _lr = \
         r.read("12i")
     r.read("d")
-    if (loss, model, word_ngrams) != (_LOSS_HS, _MODEL_SUPERVISED, 1) or not 0 < bucket < 1 << 27:
-        raise ValueError(f"loss {loss}, model {model}, wordNgrams {word_ngrams}, "
-                         f"bucket {bucket}: only supervised hierarchical softmax, unigrams")
+    if loss not in (_LOSS_HS, _LOSS_SOFTMAX) or model != _MODEL_SUPERVISED \
+            or not 1 <= word_ngrams <= 64 or not 0 < bucket < 1 << 31 or not 0 < dim <= 4096:
+        raise ValueError(f"loss {loss}, model {model}, wordNgrams {word_ngrams}, bucket "
+                         f"{bucket}, dim {dim}: only supervised hierarchical softmax or softmax")
     words, labels, counts, prune, prune_size = _parse_dictionary(r)
     quantized, = r.read("?")
     weights = _parse_matrix(r, dim, quantized)
     qout, = r.read("?")
-    output = _parse_matrix(r, dim, quantized and qout)
+    if quantized and qout:  # its dot products scale by the norm last: not the decoded rows'
+        raise ValueError("a quantized output matrix")
+    output = _parse_matrix(r, dim, False)
     if output.shape[0] != len(labels):
         raise ValueError(f"{output.shape[0]} output rows for {len(labels)} labels")
     ngrams = _ngram_table(prune, prune_size, bucket, len(words), weights.shape[0])
@@ -161,7 +192,8 @@ def _parse(r: _Reader) -> FastTextModel:
     return FastTextModel(labels=tuple(w.decode() for w in labels), weights=weights,
                          output=output, left=left, right=right,
                          vocab=(table, word_bytes, starts, ngrams, params),
-                         memo=_new_memo())
+                         memo=_new_memo(), softmax=loss == _LOSS_SOFTMAX,
+                         word_ngrams=word_ngrams)
 
 
 def _ngram_table(prune: np.ndarray, prune_size: int, bucket: int, nwords: int, rows: int
