@@ -253,12 +253,15 @@ def _std_log(x):
 
 
 @numba.njit(cache=True)
-def _best_label(hidden, output, left, right):
-    """fastText's HierarchicalSoftmaxLoss::dfs with k = 1 and threshold 0: the same walk
-    (left before right), pruning and ties (a later leaf of equal score wins); returns
-    (label, log-probability), label -1 if every leaf was pruned."""
+def _tree_walk(hidden, output, left, right, out, top_only):
+    """fastText's HierarchicalSoftmaxLoss::dfs with threshold 0: the same walk (left before
+    right), pruning and logarithms. ``top_only`` (k = 1): subtrees scoring below the best
+    leaf so far are pruned, a later leaf of equal score wins; returns (label, log-
+    probability), label -1 if every leaf was pruned. Else (k = every label): each leaf's
+    log-probability into ``out`` (``-inf`` where pruned); returns (-1, 0)."""
     osz = output.shape[0]
     floor = _std_log(0.0)
+    out[:] = -np.inf
     nodes = np.empty(2 * osz, dtype=np.int64)
     scores = np.empty(2 * osz, dtype=np.float32)
     nodes[0], scores[0], top = 2 * osz - 2, np.float32(0.0), 1
@@ -266,10 +269,13 @@ def _best_label(hidden, output, left, right):
     while top > 0:
         top -= 1
         node, score = nodes[top], scores[top]
-        if score < floor or (best >= 0 and score < best_score):
+        if score < floor or (top_only and best >= 0 and score < best_score):
             continue
         if left[node] == -1 and right[node] == -1:
-            best, best_score = node, score
+            if top_only:
+                best, best_score = node, score
+            else:
+                out[node] = score
             continue
         f = np.float32(0.0)
         for j in range(hidden.size):
@@ -339,33 +345,6 @@ def _softmax(hidden, output, out):
         out[i] /= z
 
 
-@numba.njit(cache=True)
-def _tree_log_probs(hidden, output, left, right, out):
-    """Every leaf's log-probability as fastText's dfs reaches it with k = every label
-    (``-inf`` for a leaf it prunes)."""
-    osz = output.shape[0]
-    floor = _std_log(0.0)
-    out[:] = -np.inf
-    nodes = np.empty(2 * osz, dtype=np.int64)
-    scores = np.empty(2 * osz, dtype=np.float32)
-    nodes[0], scores[0], top = 2 * osz - 2, np.float32(0.0), 1
-    while top > 0:
-        top -= 1
-        node, score = nodes[top], scores[top]
-        if score < floor:
-            continue
-        if left[node] == -1 and right[node] == -1:
-            out[node] = score
-            continue
-        f = np.float32(0.0)
-        for j in range(hidden.size):
-            f += output[node - osz, j] * hidden[j]
-        f = np.float32(1.0 / np.float64(np.float32(1.0) + np.exp(-f)))
-        nodes[top], scores[top] = right[node], score + _std_log(f)
-        nodes[top + 1], scores[top + 1] = left[node], score + _std_log(1.0 - np.float64(f))
-        top += 2
-
-
 def _check_lines(data, nlines):
     if data.size == 0 or data[data.size - 1] != 10 or int((data == 10).sum()) != nlines:
         raise ValueError("predict_lines reads nlines lines, each ended by a newline")
@@ -380,36 +359,38 @@ def _scratch(data, vocab):
 
 
 @numba.njit(cache=True)
-def _predict_top(data, nlines, weights, output, left, right, vocab, memo, softmax,
-                 word_ngrams):
-    found = np.full(nlines, -1, dtype=np.int32)
-    probs = np.zeros(nlines, dtype=np.float32)
-    hidden = np.zeros(output.shape[1], dtype=np.float32)
-    out = np.zeros(output.shape[0], dtype=np.float32)
-    word, rows, hashes = _scratch(data, vocab)
-    at = 0
-    for line in range(nlines):
-        n_rows, at = _hidden(data, at, hidden, weights, vocab, memo, word, rows, hashes,
-                             word_ngrams)
-        if n_rows == 0:
-            continue
-        if softmax:
-            _softmax(hidden, output, out)
-            label, score = -1, np.float32(0.0)
-            for i in range(out.size):  # findKBest, k = 1: a later label of equal score wins
-                if label < 0 or _std_log(out[i]) >= score:
-                    label, score = i, _std_log(out[i])
-        else:
-            label, score = _best_label(hidden, output, left, right)
-        if label >= 0:
-            found[line], probs[line] = label, np.exp(score)
-    return found, probs
+def _top_label(hidden, output, left, right, softmax, out):
+    """(label, probability) as fastText's predict with k = 1 (label -1: none)."""
+    if softmax:
+        _softmax(hidden, output, out)
+        label, score = -1, np.float32(0.0)
+        for i in range(out.size):  # findKBest, k = 1: a later label of equal score wins
+            if label < 0 or _std_log(out[i]) >= score:
+                label, score = i, _std_log(out[i])
+    else:
+        label, score = _tree_walk(hidden, output, left, right, out, True)
+    return label, np.exp(score) if label >= 0 else np.float32(0.0)
 
 
 @numba.njit(cache=True)
-def _predict_all(data, nlines, weights, output, left, right, vocab, memo, softmax,
-                 word_ngrams):
-    probs = np.zeros((nlines, output.shape[0]), dtype=np.float32)
+def _label_probs(hidden, output, left, right, softmax, out, probs):
+    """Every label's probability into ``probs`` as fastText's predict with k = -1 lists
+    it (0.0 for a label left out)."""
+    if softmax:
+        _softmax(hidden, output, out)
+        for i in range(out.size):
+            probs[i] = np.exp(_std_log(out[i]))
+    else:
+        _tree_walk(hidden, output, left, right, out, False)
+        for i in range(out.size):
+            probs[i] = np.exp(out[i]) if out[i] > -np.inf else np.float32(0.0)
+
+
+@numba.njit(cache=True)
+def _predict(data, nlines, weights, output, left, right, vocab, memo, softmax, word_ngrams,
+             every_label):
+    found = np.full(nlines, -1, dtype=np.int32)
+    probs = np.zeros((nlines, output.shape[0] if every_label else 1), dtype=np.float32)
     hidden = np.zeros(output.shape[1], dtype=np.float32)
     out = np.zeros(output.shape[0], dtype=np.float32)
     word, rows, hashes = _scratch(data, vocab)
@@ -419,16 +400,12 @@ def _predict_all(data, nlines, weights, output, left, right, vocab, memo, softma
                              word_ngrams)
         if n_rows == 0:
             continue
-        if softmax:
-            _softmax(hidden, output, out)
-            for i in range(out.size):
-                probs[line, i] = np.exp(_std_log(out[i]))
+        if every_label:
+            _label_probs(hidden, output, left, right, softmax, out, probs[line])
         else:
-            _tree_log_probs(hidden, output, left, right, out)
-            for i in range(out.size):
-                if out[i] > -np.inf:
-                    probs[line, i] = np.exp(out[i])
-    return probs
+            found[line], probs[line, 0] = _top_label(hidden, output, left, right, softmax,
+                                                     out)
+    return found, probs
 
 
 def predict_lines(data: np.ndarray, nlines: int, weights: np.ndarray, output: np.ndarray,
@@ -445,8 +422,9 @@ def predict_lines(data: np.ndarray, nlines: int, weights: np.ndarray, output: np
         ValueError: ``data`` is not ``nlines`` newline-ended lines.
     """
     _check_lines(data, nlines)
-    return _predict_top(data, nlines, weights, output, left, right, vocab, memo, softmax,
-                        word_ngrams)
+    found, probs = _predict(data, nlines, weights, output, left, right, vocab, memo, softmax,
+                            word_ngrams, False)
+    return found, probs[:, 0]
 
 
 def predict_all_lines(data: np.ndarray, nlines: int, weights: np.ndarray, output: np.ndarray,
@@ -460,5 +438,5 @@ def predict_all_lines(data: np.ndarray, nlines: int, weights: np.ndarray, output
         ValueError: ``data`` is not ``nlines`` newline-ended lines.
     """
     _check_lines(data, nlines)
-    return _predict_all(data, nlines, weights, output, left, right, vocab, memo, softmax,
-                        word_ngrams)
+    return _predict(data, nlines, weights, output, left, right, vocab, memo, softmax,
+                    word_ngrams, True)[1]
