@@ -51,7 +51,7 @@ def _same_bytes(a, a_start, b, b_start, size):
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _word_id(data, start, end, h, vocab):
     table, word_bytes, word_starts = vocab[0], vocab[1], vocab[2]
     mask = table.size - 1
@@ -233,6 +233,14 @@ def _line_hidden(data, at, hidden, weights, vocab, memo, word, rows, hashes):
         if not _is_label(data, start, i):
             hashes[n_words] = h
             n_words += 1
+        elif vocab[4][1] <= 0:
+            continue  # a label: no rows
+        if vocab[4][1] <= 0:  # no character n-grams: the word's own row, no memo needed
+            wid = _word_id(data, start, i, h, vocab)
+            if wid >= 0:
+                _add_row(hidden, weights, wid)
+                n_rows += 1
+            continue
         slot = -1
         if i - start <= MEMO_TOKEN_BYTES:
             found = _memo_find(data, start, i, h, memo)
