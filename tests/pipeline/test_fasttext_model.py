@@ -120,9 +120,9 @@ def test_a_dense_and_a_quantized_model_without_norms_predict_as_fasttext(tmp_pat
 
 
 def test_models_it_does_not_predict_and_damaged_files_raise_one_line(tmp_path):
-    """A negative-sampling model, a truncated, a foreign and an empty file and a
-    dictionary that claims two billion entries: ``ValueError`` naming the file, never an
-    unbounded read."""
+    """A negative-sampling model, a truncated, a foreign and an empty file, a dictionary
+    that claims two billion entries and codes that would decode to 4.9 GB: ``ValueError``
+    naming the file, never an unbounded read or allocation."""
     rows = len(fasttext.load_model(str(fasttext_model_path())).words) + 1000
     _write_model(tmp_path / "sampled.bin", weights=np.zeros((rows, 16)), loss=2)
     good = fasttext_model_path().read_bytes()
@@ -131,10 +131,24 @@ def test_models_it_does_not_predict_and_damaged_files_raise_one_line(tmp_path):
     (tmp_path / "empty.bin").write_bytes(b"")
     (tmp_path / "huge.bin").write_bytes(good[:64] + struct.pack("<iii", 2**31 - 1, 2**31 - 2, 1)
                                         + good[76:200])
-    for name in ("sampled.bin", "cut.ftz", "foreign.bin", "empty.bin", "huge.bin"):
+    (tmp_path / "bomb.ftz").write_bytes(_bomb())
+    for name in ("bomb.ftz", "sampled.bin", "cut.ftz", "foreign.bin", "empty.bin", "huge.bin"):
         with pytest.raises(ValueError, match=name) as e:
             FastTextModel.load(tmp_path / name)
         assert "\n" not in str(e.value)
+
+
+def _bomb() -> bytes:
+    """A quantized model of 300,000 rows of one 4096-dimensional sub-quantizer: 300 KB of
+    codes that would decode to 4.9 GB of float32."""
+    rows, dim = 300_000, 4096
+    return b"".join([
+        struct.pack("<ii", 793712314, 12),
+        struct.pack("<12i", dim, 5, 5, 1, 5, 1, 1, 3, 1000, 2, 4, 100), struct.pack("<d", 1e-4),
+        struct.pack("<iiiqq", 2, 1, 1, 10, -1),
+        b"</s>\0" + struct.pack("<qb", 5, 0), b"__label__a\0" + struct.pack("<qb", 5, 1),
+        struct.pack("<??qqi", True, False, rows, dim, rows), bytes(rows),
+        struct.pack("<4i", dim, 1, dim, dim)])
 
 
 def test_the_kernel_refuses_lines_that_do_not_end():

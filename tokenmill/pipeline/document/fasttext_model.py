@@ -43,6 +43,8 @@ _LOSS_HS, _LOSS_SOFTMAX, _MODEL_SUPERVISED = 1, 3, 3  # fastText: hs 1, ns 2, so
 _EOS = b"</s>"
 #: a model file larger than this is not read (lid.176.bin is 131 MB)
 MAX_MODEL_BYTES = 1 << 30
+#: nor one whose quantized input matrix decodes to more than this (lid.176.ftz: 3.2 MB)
+MAX_DECODED_BYTES = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -303,9 +305,12 @@ def _parse_matrix(r: _Reader, dim: int, quantized: bool) -> np.ndarray:
     codesize, = r.read("i")
     codes = r.array("u1", codesize)
     pq_dim, nsubq, dsub, lastdsub = r.read("4i")
-    if n != dim or pq_dim != dim or nsubq <= 0 or codesize != m * nsubq \
-            or (nsubq - 1) * dsub + lastdsub != dim:
+    if n != dim or pq_dim != dim or nsubq <= 0 or dsub <= 0 or lastdsub <= 0 \
+            or codesize != m * nsubq or (nsubq - 1) * dsub + lastdsub != dim:
         raise ValueError("product quantizer does not fit the matrix")
+    if m * dim * 4 > MAX_DECODED_BYTES:
+        raise ValueError(f"{m:,} x {dim} quantized rows decode to more than "
+                         f"{MAX_DECODED_BYTES:,} bytes")
     codes = codes.reshape(m, nsubq).astype(np.int64)
     centroids = r.array("<f4", dim * 256)
     norms = np.ones(m, dtype=np.float32)
