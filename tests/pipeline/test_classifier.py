@@ -184,6 +184,59 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
     assert len(removed) == 150 and len(kept) == 50 and min(kept) >= max(removed)
 
 
+@pytest.mark.slow  # a training and a run; the stage's own top-fraction test is slow too
+@needs_training
+def test_top_fraction_of_the_sources_the_classifier_scores_only(tmp_path):
+    """``classifier.sources`` names some sources: the others keep every document."""
+    model = tmp_path / "m.bin"
+    assert _train(model, "--epoch", "25").returncode == 0
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"""
+name: top-some
+data_root: {corpora()}
+licenses: {{allow: [odc-by, mit]}}
+sources:
+  - {{name: c4, path: c4-en-sample, max_documents: 200}}
+  - {{name: naughty, path: naughty-strings}}
+classifier: {{model: m.bin, label: hq, top_fraction: 0.25, sources: [c4]}}
+shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
+""")
+    run = _cli("run", str(mix), "-q", "-o", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    counts = {s["name"]: s["counts"] for s in
+              json.loads((tmp_path / "out" / "manifest.json").read_text())["sources"]}
+    assert counts["c4"]["kept"] == 50
+    assert "classifier_top" not in counts["naughty"].get("filtered", {})
+    assert counts["naughty"]["kept"] > 0
+
+
+@needs_training
+def test_a_damaged_model_stops_the_run_with_one_line(tmp_path):
+    """A truncated model (fastText itself would score with it, wrongly) and one whose
+    header claims a negative dimension (fastText runs out of memory): exit 2, one line
+    naming the file."""
+    model = tmp_path / "m.bin"
+    assert _train(model).returncode == 0
+    good = model.read_bytes()
+    (tmp_path / "cut.bin").write_bytes(good[:len(good) - 100])
+    (tmp_path / "dim.bin").write_bytes(good[:8] + (-1).to_bytes(4, "little", signed=True)
+                                       + good[12:])
+    for name in ("cut.bin", "dim.bin"):
+        mix = tmp_path / f"{name}.yaml"
+        mix.write_text(f"""
+name: bad-model
+data_root: {corpora()}
+licenses: {{allow: [odc-by]}}
+sources:
+  - {{name: c4, path: c4-en-sample, max_documents: 50}}
+classifier: {{model: {name}, label: hq, threshold: 0.5}}
+""")
+        run = _cli("run", str(mix), "-q", "-o", str(tmp_path / f"out-{name}"))
+        assert run.returncode == 2, (name, run.stdout[-500:], run.stderr[-2000:])
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0] and "Traceback" not in run.stderr, lines
+
+
 @contextmanager
 def _served(folder: Path) -> Iterator[tuple[str, list[str]]]:
     """A loopback HTTP server of ``folder`` standing in for a model's host: (base URL, the

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenmill import objectcache
-from tokenmill.pipeline.document.fasttext_model import FastTextModel
+from tokenmill.pipeline.document.fasttext_model import FastTextModel, UnsupportedModel
 from tokenmill.pipeline.stage import Document, DocumentStage
 
 TEXT_PREPS = ("dclm", "lower", "none")
@@ -79,8 +79,10 @@ def load_model(path: str, digest: str = ""):
         raise FileNotFoundError(f"classifier model {path} not found")
     try:
         return FastTextModel.load(path)
-    except ValueError:
-        pass
+    except UnsupportedModel:
+        pass  # a sound model of another kind: fastText's own prediction
+    except ValueError as e:  # damaged: fastText would read it silently, or crash
+        raise ValueError(f"classifier model {e}") from None
     import fasttext
 
     try:
@@ -119,7 +121,10 @@ def check_label(model, label: str, path: str) -> None:
     want = label if label.startswith(LABEL_PREFIX) else LABEL_PREFIX + label
     if want not in _labels(model):
         known = [lab.removeprefix(LABEL_PREFIX) for lab in _labels(model)]
-        raise ValueError(f"classifier model {path} has no label {label!r}; its labels: {known}")
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10:,} more" if len(known) > 10
+                                         else "")
+        raise ValueError(f"classifier model {path} has no label {label!r}; its labels: "
+                         f"{shown}")
 
 
 class ClassifierFilter(DocumentStage):

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from tokenmill.pipeline.run.intermediate import StageOutput, content_hash
 from tokenmill.pipeline.run.partition_files import cached, write_partitioned
-from tokenmill.pipeline.run.prepare_task import read_block_columns
+from tokenmill.pipeline.run.prepare_task import block_column_names, read_block_columns
 from tokenmill.pipeline.run.removals import REMOVALS, Shuffle, removal_file
 from tokenmill.pipeline.stage import Document, GlobalContext, GlobalDecision, GlobalStage
 
@@ -62,6 +62,8 @@ class ClassifierTopFraction(GlobalStage):
     def _compute(self, ctx: GlobalContext, run: Shuffle, out: StageOutput) -> dict[str, Any]:
         by_source: dict[str, list[tuple[float, str, int, int]]] = {}
         for b, d in enumerate(ctx.blocks):
+            if "top_score" not in block_column_names(run.prepare_work, d):
+                continue  # a source the classifier does not score: it keeps every document
             t = read_block_columns(run.prepare_work, d, ["key", "top_score"])
             gone = set(run.removed_rows(b).tolist())
             for row, (key, score) in enumerate(zip(t.column("key").to_pylist(),

@@ -39,12 +39,17 @@ from tokenmill.pipeline.document.fasttext_kernels import (
 )
 
 _MAGIC, _VERSION = 793712314, 12
-_LOSS_HS, _LOSS_SOFTMAX, _MODEL_SUPERVISED = 1, 3, 3  # fastText: hs 1, ns 2, softmax 3, ova 4
+_LOSS_HS, _LOSS_NS, _LOSS_SOFTMAX, _LOSS_OVA, _MODEL_SUPERVISED = 1, 2, 3, 4, 3
 _EOS = b"</s>"
+_LABEL_PREFIX = b"__label__"
 #: a model file larger than this is not read (lid.176.bin is 131 MB)
 MAX_MODEL_BYTES = 1 << 30
 #: nor one whose quantized input matrix decodes to more than this (lid.176.ftz: 3.2 MB)
 MAX_DECODED_BYTES = 1 << 32
+
+
+class UnsupportedModel(ValueError):
+    """A sound fastText model of a kind :class:`FastTextModel` does not predict."""
 
 
 @dataclass(frozen=True)
@@ -80,18 +85,21 @@ class FastTextModel:
         """Read a fastText model file (never executed; sizes bounded by the file's).
 
         Raises:
-            ValueError: not a fastText model, damaged, or a kind this reader does not
-                predict (see the module docstring); the message names the file.
+            UnsupportedModel: a fastText model of a kind this reader does not predict
+                (see the module docstring); fastText itself can.
+            ValueError: not a fastText supervised model, or damaged; the message names
+                the file.
         """
         size = Path(path).stat().st_size
         if size > MAX_MODEL_BYTES:
-            raise ValueError(f"{path}: {size:,} bytes, more than a language model's "
-                             f"{MAX_MODEL_BYTES:,}")
+            raise UnsupportedModel(f"{path}: {size:,} bytes, more than this reader's "
+                                   f"{MAX_MODEL_BYTES:,}")
         try:
             return _parse(_Reader(Path(path).read_bytes()))
+        except UnsupportedModel as e:
+            raise UnsupportedModel(f"{path}: {e}") from None
         except (struct.error, ValueError, IndexError) as e:
-            raise ValueError(f"{path}: not a fastText model this reader predicts ({e})") \
-                from None
+            raise ValueError(f"{path}: not a fastText classifier, or damaged ({e})") from None
 
     def predict(self, lines: list[str]) -> list[tuple[str, float]]:
         """Top label and its probability of each line, as fastText's ``predict(line,
@@ -173,16 +181,25 @@ def _parse(r: _Reader) -> FastTextModel:
     dim, _ws, _epoch, _mincount, _neg, word_ngrams, loss, model, bucket, minn, maxn, _lr = \
         r.read("12i")
     r.read("d")
-    if loss not in (_LOSS_HS, _LOSS_SOFTMAX) or model != _MODEL_SUPERVISED \
-            or not 1 <= word_ngrams <= 64 or not 0 < bucket < 1 << 31 or not 0 < dim <= 4096:
-        raise ValueError(f"loss {loss}, model {model}, wordNgrams {word_ngrams}, bucket "
-                         f"{bucket}, dim {dim}: only supervised hierarchical softmax or softmax")
+    if model != _MODEL_SUPERVISED or not 1 <= word_ngrams <= 64 or not 0 < dim <= 4096 \
+            or not 0 <= bucket < 1 << 31 or (bucket == 0 and (maxn > 0 or word_ngrams > 1)):
+        raise ValueError(f"model {model}, wordNgrams {word_ngrams}, bucket {bucket}, "
+                         f"dim {dim}: not a supervised classifier fastText can read")
+    if loss in (_LOSS_NS, _LOSS_OVA):
+        raise UnsupportedModel(f"loss {loss}: this reader predicts hierarchical softmax (1) "
+                               "and softmax (3)")
+    if loss not in (_LOSS_HS, _LOSS_SOFTMAX):
+        raise ValueError(f"loss {loss}")
     words, labels, counts, prune, prune_size = _parse_dictionary(r)
     quantized, = r.read("?")
     weights = _parse_matrix(r, dim, quantized)
     qout, = r.read("?")
     if quantized and qout:  # its dot products scale by the norm last: not the decoded rows'
-        raise ValueError("a quantized output matrix")
+        raise UnsupportedModel("a quantized output matrix")
+    if not all(label.startswith(_LABEL_PREFIX) for label in labels):
+        # fastText keeps no label prefix in the file; a line's other-prefixed labels
+        # would be read as words here
+        raise UnsupportedModel(f"labels without fastText's default prefix {_LABEL_PREFIX!r}")
     output = _parse_matrix(r, dim, False)
     if output.shape[0] != len(labels):
         raise ValueError(f"{output.shape[0]} output rows for {len(labels)} labels")

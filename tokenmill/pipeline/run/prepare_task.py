@@ -407,3 +407,9 @@ def read_block_columns(work: str, digest: str, columns: list[str]) -> pa.Table:
     """Columns of a prepared block (``key``, ``text``, metadata, global stages' columns)."""
     return pq.read_table(StageOutput(work, "prepare", digest).path(".docs.parquet"),
                          columns=columns)
+
+
+def block_column_names(work: str, digest: str) -> list[str]:
+    """The columns a prepared block has (a global stage configured for some sources only
+    finds its columns in their blocks only)."""
+    return pq.read_schema(StageOutput(work, "prepare", digest).path(".docs.parquet")).names
