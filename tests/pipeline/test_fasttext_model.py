@@ -225,14 +225,14 @@ def test_a_trained_classifier_and_its_quantized_copy_predict_as_fasttext(tmp_pat
 def test_the_classifier_stage_scores_as_fasttext_and_falls_back_for_other_losses(tmp_path):
     """The classifier stage's scores are fastText's; a one-vs-all model (a loss the compiled
     prediction does not have) is scored by fastText itself."""
-    from tokenmill.pipeline.document.classifier import label_scores, load_model
+    from tokenmill.pipeline.document.classifier import FastTextOwn, label_scores, load_model
 
     texts = _texts("c4-en-sample")[300:400]
     lines = [" ".join(t.split()) for t in texts]
     ova = tmp_path / "ova.bin"
     rows = len(fasttext.load_model(str(fasttext_model_path())).words) + 1000
     _write_model(ova, weights=np.random.default_rng(3).normal(0, 0.5, (rows, 16)), loss=4)
-    for path, kind in ((_trained(tmp_path), FastTextModel), (ova, fasttext.FastText._FastText)):
+    for path, kind in ((_trained(tmp_path), FastTextModel), (ova, FastTextOwn)):
         model = load_model(str(path))
         assert isinstance(model, kind)
         label = fasttext.load_model(str(path)).labels[0]

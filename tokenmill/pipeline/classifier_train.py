@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenmill.pipeline.document.classifier import label_scores, prepare_text
+from tokenmill.pipeline.document.classifier import FastTextOwn, label_scores, prepare_text
 from tokenmill.pipeline.read.readers import is_data_file, read_file
 from tokenmill.pipeline.stage import Document
 
@@ -166,7 +166,7 @@ def fit(lines: Sequence[str], labels: Sequence[int], params: TrainParams):
 
 def evaluate(model, lines: Sequence[str], labels: Sequence[int]) -> Metrics:
     """Held-out :class:`Metrics` of ``model`` on prepared ``lines``."""
-    scores = np.array(label_scores(model, list(lines), POSITIVE))
+    scores = np.array(label_scores(FastTextOwn(model), list(lines), POSITIVE))
     return metrics(scores, np.array(labels, dtype=np.int64))
 
 

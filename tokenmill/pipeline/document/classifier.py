@@ -40,6 +40,8 @@ import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
+
 from tokenmill import objectcache
 from tokenmill.pipeline.document.fasttext_model import FastTextModel, UnsupportedModel
 from tokenmill.pipeline.stage import Document, DocumentStage
@@ -86,41 +88,45 @@ def load_model(path: str, digest: str = ""):
     import fasttext
 
     try:
-        return fasttext.load_model(path)
+        return FastTextOwn(fasttext.load_model(path))
     except Exception as e:  # fastText raises bare ValueError/RuntimeError
         raise ValueError(f"classifier model {path}: not a fastText model ({e})") from None
 
 
-def _labels(model) -> list[str]:
-    return list(model.labels) if isinstance(model, FastTextModel) else model.get_labels()
+class FastTextOwn:
+    """A model of the ``fasttext`` package behind :class:`FastTextModel`'s interface
+    (``labels``, ``probabilities``), predicted by fastText itself."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.labels = tuple(model.get_labels())
+
+    def probabilities(self, lines: list[str]) -> np.ndarray:
+        """float32 ``[len(lines), len(labels)]`` from ``predict(lines, k=-1)`` (0.0 for a
+        label it leaves out)."""
+        out = np.zeros((len(lines), len(self.labels)), dtype=np.float32)
+        labels, probs = self.model.predict(lines, k=-1)
+        for row, (labs, ps) in enumerate(zip(labels, probs, strict=True)):
+            out[row, [self.labels.index(lab) for lab in labs]] = ps
+        return out
 
 
-def label_scores(model, lines: list[str], label: str) -> list[float]:
+def label_scores(model: FastTextModel | FastTextOwn, lines: list[str], label: str
+                 ) -> list[float]:
     """Probability of ``label`` for each prepared line (0.0 when the model never predicts
     it, e.g. an empty line), as fastText's ``predict(lines, k=-1)`` gives it."""
     want = label if label.startswith(LABEL_PREFIX) else LABEL_PREFIX + label
-    if isinstance(model, FastTextModel):
-        if want not in model.labels:
-            return [0.0] * len(lines)
-        column = model.probabilities(lines)[:, model.labels.index(want)]
-        return [min(1.0, p) for p in column.tolist()]
-    out = []
-    labels, probs = model.predict(lines, k=-1)
-    for labs, ps in zip(labels, probs, strict=True):
-        score = 0.0
-        for lab, p in zip(labs, ps, strict=True):
-            if lab == want:
-                score = min(1.0, float(p))
-                break
-        out.append(score)
-    return out
+    if want not in model.labels:
+        return [0.0] * len(lines)
+    column = model.probabilities(lines)[:, model.labels.index(want)]
+    return [min(1.0, p) for p in column.tolist()]
 
 
-def check_label(model, label: str, path: str) -> None:
+def check_label(model: FastTextModel | FastTextOwn, label: str, path: str) -> None:
     """Raise ``ValueError`` when the model has no ``label``."""
     want = label if label.startswith(LABEL_PREFIX) else LABEL_PREFIX + label
-    if want not in _labels(model):
-        known = [lab.removeprefix(LABEL_PREFIX) for lab in _labels(model)]
+    if want not in model.labels:
+        known = [lab.removeprefix(LABEL_PREFIX) for lab in model.labels]
         shown = ", ".join(known[:10]) + (f" and {len(known) - 10:,} more" if len(known) > 10
                                          else "")
         raise ValueError(f"classifier model {path} has no label {label!r}; its labels: "
