@@ -188,6 +188,33 @@ shards: {{tokens_per_shard: 100000, val_fraction: 0.0}}
     assert len(removed) == 150 and len(kept) == 50 and min(kept) >= max(removed)
 
 
+@needs_training
+def test_a_damaged_model_stops_the_run_with_one_line(tmp_path):
+    """A truncated model (fastText itself would score with it, wrongly) and one whose
+    header claims a negative dimension (fastText runs out of memory): exit 2, one line
+    naming the file."""
+    model = tmp_path / "m.bin"
+    assert _train(model).returncode == 0
+    good = model.read_bytes()
+    (tmp_path / "cut.bin").write_bytes(good[:len(good) - 100])
+    (tmp_path / "dim.bin").write_bytes(good[:8] + (-1).to_bytes(4, "little", signed=True)
+                                       + good[12:])
+    for name in ("cut.bin", "dim.bin"):
+        mix = tmp_path / f"{name}.yaml"
+        mix.write_text(f"""
+name: bad-model
+data_root: {corpora()}
+licenses: {{allow: [odc-by]}}
+sources:
+  - {{name: c4, path: c4-en-sample, max_documents: 50}}
+classifier: {{model: {name}, label: hq, threshold: 0.5}}
+""")
+        run = _cli("run", str(mix), "-q", "-o", str(tmp_path / f"out-{name}"))
+        assert run.returncode == 2, (name, run.stdout[-500:], run.stderr[-2000:])
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0] and "Traceback" not in run.stderr, lines
+
+
 @contextmanager
 def _served(folder: Path) -> Iterator[tuple[str, list[str]]]:
     """A loopback HTTP server of ``folder`` standing in for a model's host: (base URL, the
