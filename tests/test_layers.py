@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "failures": 0,
     "raysession": 0,
     "suffixarray": 0,
+    "tablecache": 0,
     "tokenizers": 1,
     "manifests": 2,
     "pipeline": 3,

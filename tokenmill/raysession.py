@@ -6,9 +6,10 @@ own tools find it (:func:`ray_address`: an explicit ``--ray-address`` /
 ``TOKENMILL_RAY_ADDRESS``, else ``RAY_ADDRESS`` as ``ray job submit`` sets it for its
 entrypoint; ``auto`` joins the cluster ``ray start`` made on this machine), or else an
 embedded local Ray (``address="local"``: always a fresh instance, even when a ``ray start``
-cluster on this machine would otherwise be joined implicitly), with one runtime
-environment: the variables that decide where tokenizer files and Hub caches are found
-travel to every worker.
+cluster on this machine would otherwise be joined implicitly). The variables that
+decide where tokenizer files and Hub caches are found (:data:`WORKER_ENV`) travel to
+every worker of a joined cluster in one runtime environment; an embedded Ray's workers
+inherit them with the rest of this process's environment.
 
 Tasks. :func:`run_tasks` submits a list of :class:`TaskCall` (a plain function, its
 arguments, and Ray task options such as ``num_cpus``, ``resources`` or a
@@ -115,12 +116,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
-    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False,
-                              "configure_logging": False}
+    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     address = ray_address(address)
     if address:
         try:
-            ray.init(address=address, **kwargs)
+            ray.init(address=address, runtime_env={"env_vars": env}, **kwargs)
         except ConnectionError as e:
             raise RuntimeError(f"could not join the Ray cluster at {address}: "
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
@@ -130,6 +130,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         # about opting out; for our own embedded instance that is noise, so it stays on
         # and the notice is dropped.
         _quiet_auth_notice()
+        # no runtime environment: the workers of an embedded Ray are this process's
+        # grandchildren and inherit its environment; with one, Ray would start other
+        # workers than the ones it prestarts (about 0.6 s before the first task runs)
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
                  include_dashboard=False, **kwargs)
     return True

@@ -45,7 +45,7 @@ import unicodedata
 import numba
 import numpy as np
 
-from tokenmill.pipeline.document import chunk_memo
+from tokenmill.pipeline.document import chunk_memo, words
 from tokenmill.pipeline.document.words import (
     ABBREVIATIONS,
     PREFIX_MARKS,
@@ -55,6 +55,7 @@ from tokenmill.pipeline.document.words import (
     is_punct_char,
     split_chunk,
 )
+from tokenmill.tablecache import cached_arrays, source_sha256
 
 MAX_CACHED_WORDS = 8_000_000
 MAX_CHUNK_CACHE = 500_000  # chunks split in Python that the chunk table has no room for
@@ -107,7 +108,9 @@ def _flags_of(c: int) -> int:
 #: looks for C4's texts, ``SYMBOL``: one of ``# . …``, which it counts); filled for the
 #: BMP now, above it on first sight
 FLAGS = np.zeros(0x110000, np.uint16)
-FLAGS[:0x10000] = [_flags_of(c) for c in range(0x10000)]
+FLAGS[:0x10000] = cached_arrays(  # built once per machine, loaded by every worker
+    "word-flags", [unicodedata.unidata_version, source_sha256(__file__, words.__file__)],
+    lambda: (np.array([_flags_of(c) for c in range(0x10000)], np.uint16),))[0]
 
 
 def flags_for(cp: np.ndarray) -> np.ndarray:

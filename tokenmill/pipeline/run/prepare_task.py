@@ -252,11 +252,13 @@ def _apply_table(docs: dict[str, Document] | None, table: pa.Table,
     return out
 
 
-def _commit(out: StageOutput, docs: pa.Table, rejected: list[Rejection],
+def _commit(out: StageOutput, docs: pa.Table, rejected: list[Rejection] | pa.Table,
             info: dict[str, Any]) -> None:
     out.dir.mkdir(parents=True, exist_ok=True)
     write_parquet(out.path(".docs.parquet"), docs)
-    quarantine.write_quarantine(out.path(".quarantine.parquet"), quarantine.to_table(rejected))
+    if not isinstance(rejected, pa.Table):
+        rejected = quarantine.to_table(rejected)
+    quarantine.write_quarantine(out.path(".quarantine.parquet"), rejected)
     out.commit([".docs.parquet", ".quarantine.parquet"], info)
 
 
@@ -390,8 +392,10 @@ def _prepare_block(spec: PrepareTask, built: _Built, index: int, keys: dict[str,
         clock = time.process_time()
         cols.update(g.block_columns(docs))
         _lap(timings, g.name, clock, True, n_in, bytes_in)
-    rows = pa.concat_tables([quarantine.read_quarantine(p) for p in q_paths]).to_pylist()
-    rejected = [Rejection(**r) for r in sorted(rows, key=lambda r: r["key"])]
+    # the stages' rows by key (a stable sort, as Python's), kept in Arrow: the removed
+    # documents' texts are most of a block's bytes, never turned into Python objects
+    rejected = pa.concat_tables([quarantine.read_quarantine(p) for p in q_paths]
+                                ).sort_by("key").combine_chunks()
     info = {"read": read_info["read"], "docs": len(docs), "last": read_info["last"],
             "stages": stages, "files": files}
     _commit(out, pa.table(cols), rejected, info)

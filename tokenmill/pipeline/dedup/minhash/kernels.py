@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import unicodedata
 
 import numba
 import numpy as np
@@ -17,7 +18,9 @@ from llvmlite import ir as llvm_ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from tokenmill.pipeline.dedup.minhash import reference
 from tokenmill.pipeline.dedup.minhash.reference import MURMUR64A_M, SHINGLE_BASE, char_map
+from tokenmill.tablecache import cached_arrays, source_sha256
 
 
 @numba.njit(inline="always")
@@ -33,7 +36,8 @@ def _fmix32_u32(h):
 @functools.lru_cache(maxsize=1)
 def char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Tables of the kernel's per-code-point normalization (see
-    :func:`normalize_for_shingles`), built once per process:
+    :func:`normalize_for_shingles`), built once per machine (about 1 s of Python) and
+    loaded from :mod:`tokenmill.tablecache` by every other process:
 
     * ``info``: int32 (0x110000,), per code point 0 (separator), 1 (alphanumeric, kept as
       is) or ``2 + k`` (replaced by replacement k);
@@ -41,6 +45,11 @@ def char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
       ``rep_word``: uint8, 1 where such a code point is alphanumeric;
     * ``ascii``: uint8 (128,), the lower-cased byte of an ASCII alphanumeric, else 0.
     """
+    key = [unicodedata.unidata_version, source_sha256(__file__, reference.__file__)]
+    return cached_arrays("shingle-chars", key, _build_char_tables)  # type: ignore[return-value]
+
+
+def _build_char_tables() -> tuple[np.ndarray, ...]:
     word = np.array([chr(i).isalnum() for i in range(0x110000)], dtype=np.uint8)
     cmap = char_map()
     info = word.astype(np.int32)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import itertools
 from collections.abc import Iterable
 
@@ -10,12 +11,22 @@ import numpy as np
 
 from tokenmill.pipeline.dedup.minhash.kernels import char_tables, signatures_kernel
 from tokenmill.pipeline.dedup.minhash.reference import SCHEME, shingle_hash32
+from tokenmill.tablecache import cached_arrays
 
 _PAD = bytes(64)
 
 
 @functools.lru_cache(maxsize=16)
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's ``(a, b)`` permutations (uint32 ``(num_perm,)`` each) of a MinHash of
+    ``num_perm`` and ``seed``: taken from datasketch once per machine, then loaded from
+    :mod:`tokenmill.tablecache` (importing datasketch costs a Ray worker about 0.3 s)."""
+    key = [num_perm, seed, SCHEME, importlib.metadata.version("datasketch")]
+    return cached_arrays("minhash-permutations", key,  # type: ignore[return-value]
+                         lambda: _datasketch_permutations(num_perm, seed))
+
+
+def _datasketch_permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     from datasketch import MinHash
 
     a, b = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME).permutations
