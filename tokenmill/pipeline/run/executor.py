@@ -55,7 +55,7 @@ from tokenmill.pipeline.run.accounting import file_documents, source_entry, sour
 from tokenmill.pipeline.run.intermediate import content_hash
 from tokenmill.pipeline.run.prepare_task import PrepareTask, prepare_unit
 from tokenmill.pipeline.run.removals import decide_global
-from tokenmill.pipeline.run.shard_writer import WriteSourceTask, write_source
+from tokenmill.pipeline.run.shard_writer import WriteSourceTask, write_source_part
 from tokenmill.pipeline.run.startup_worker import StartupWorker
 from tokenmill.pipeline.run.stats import STATS_NAME, RunStats
 from tokenmill.pipeline.run.tasks import run_each, run_each_timed
@@ -315,9 +315,10 @@ def _tokenize(cfg: DatamixConfig, tok: TokenizerIdentity, blocks: list[Block],
 
 
 def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSource],
-           blocks: list[Block], out: str, progress: bool, stats: RunStats
-           ) -> list[dict[str, Any]]:
-    """The source stage (shard writing), per source on Ray."""
+           blocks: list[Block], out: str, progress: bool, stats: RunStats,
+           input_bytes: list[int]) -> list[dict[str, Any]]:
+    """The source stage (shard writing), per source on Ray: its shards and sidecars in
+    one task, its quarantine file in another."""
     # From here the shards change: a manifest of an earlier run must not sit beside them
     # (a crash now leaves no manifest, never a manifest that lies).
     storage.remove(storage.join(out, MANIFEST_NAME))
@@ -332,12 +333,22 @@ def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSou
                         for b in blocks if b.source is src),
             shards=call.build(), shard_version=version_for_vocab(tok.n_vocab),
             meta_columns=stage_list.metadata_names()))
-    written = run_each_timed(write_source, specs, "write shards", progress)
-    for src, (_, seconds) in zip(sources, written, strict=True):
+    # a source's shards and its quarantine file are two tasks; the sources with the most
+    # input bytes first, so that the largest pieces of work do not start last
+    order = sorted(range(len(specs)), key=lambda i: (-input_bytes[i], i))
+    parts = [(i, part) for i in order for part in ("quarantine", "shards")]
+    done = run_each_timed(write_source_part, [(specs[i], part) for i, part in parts],
+                          "write shards", progress)
+    written: list[dict[str, Any]] = [{} for _ in specs]
+    seconds = [0.0] * len(specs)
+    for (i, _), (result, secs) in zip(parts, done, strict=True):
+        written[i].update(result)
+        seconds[i] += secs
+    for src, secs in zip(sources, seconds, strict=True):
         infos = [b.tokenize_info for b in blocks if b.source is src]
-        stats.row(call.name).add(seconds, sum(i["kept"] for i in infos),
+        stats.row(call.name).add(secs, sum(i["kept"] for i in infos),
                                  sum(i.get("text_bytes", 0) for i in infos))
-    return [w for w, _ in written]
+    return written
 
 
 def _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
@@ -350,7 +361,8 @@ def _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
     lap("decide")
     _tokenize(cfg, tok, blocks, removals, work, progress, stats)
     lap("tokenize")
-    written = _write(cfg, tok, sources, blocks, out, progress, stats)
+    written = _write(cfg, tok, sources, blocks, out, progress, stats,
+                     [sum(u.size for u in plan if u.source is src) for src in sources])
     lap("write")
     entries: list = []
     warnings: list[CurationWarning] = []

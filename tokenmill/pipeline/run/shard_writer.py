@@ -7,8 +7,11 @@ gives fewer than the source's minimum (:func:`val_minimum`), the train documents
 the same hash order move to ``val``, so that every source big enough has validation
 documents, deterministically.
 
-:func:`write_source` is a plain function of its :class:`WriteSourceTask` (the executor runs
-one Ray task per source).
+:func:`write_source_part` is a plain function of a :class:`WriteSourceTask` and a part:
+``shards`` (:func:`write_source`: shards, sidecars, validation split) or ``quarantine``
+(:func:`write_source_quarantine`: the source's quarantine file); the executor runs each
+part of each source as its own Ray task, so that the two largest pieces of work of the
+largest source run side by side.
 """
 
 from __future__ import annotations
@@ -176,15 +179,13 @@ def _remove_stale_shards(shard_dir: Path, shards: list[dict[str, Any]]) -> None:
             os.unlink(p)
 
 
-def _upload(spec: WriteSourceTask, out_dir: Path, shards: list[dict[str, Any]],
-            qpath: Path) -> None:
-    """Upload the source's shards, sidecars and quarantine file, and delete the store's
-    shards of this source that the new set does not have. Committed by the manifest the
-    driver writes last, which lists every one with its sha256."""
+def _upload(spec: WriteSourceTask, out_dir: Path, shards: list[dict[str, Any]]) -> None:
+    """Upload the source's shards and sidecars, and delete the store's shards of this
+    source that the new set does not have. Committed by the manifest the driver writes
+    last, which lists every one with its sha256."""
     names = [s["path"] for s in shards]
     names += [sidecar_path(out_dir / n).relative_to(out_dir).as_posix() for n in names]
-    storage.upload_tree(out_dir, spec.output_dir,
-                        [*names, qpath.relative_to(out_dir).as_posix()])
+    storage.upload_tree(out_dir, spec.output_dir, names)
     remote = storage.join(spec.output_dir, "shards", spec.source)
     keep = {n.rsplit("/", 1)[-1] for n in names}
     for rel in storage.list_tree(remote):
@@ -192,11 +193,49 @@ def _upload(spec: WriteSourceTask, out_dir: Path, shards: list[dict[str, Any]],
             storage.remove(storage.join(remote, rel))
 
 
-def write_source(spec: WriteSourceTask) -> dict[str, Any]:
-    """Write one source's shards, sidecars and quarantine file.
+def write_source_part(job: tuple[WriteSourceTask, str]) -> dict[str, Any]:
+    """``write_source(spec)`` for ``(spec, "shards")``, ``write_source_quarantine(spec)``
+    for ``(spec, "quarantine")``.
 
-    Returns the shard entries (paths relative to output_dir), the quarantine entry and
-    the ``validation`` record.
+    Raises:
+        ValueError: another part name.
+    """
+    spec, part = job
+    if part == "shards":
+        return write_source(spec)
+    if part == "quarantine":
+        return write_source_quarantine(spec)
+    raise ValueError(f"unknown part of a source's writing: {part!r}")
+
+
+def write_source_quarantine(spec: WriteSourceTask) -> dict[str, Any]:
+    """Write one source's quarantine file: its blocks' prepared and tokenize quarantine
+    rows, block by block in order. Returns ``{"quarantine": {"path", "rows", "sha256"}}``
+    (path relative to output_dir)."""
+    out_dir = storage.local_dir(spec.output_dir)  # for a URL: this node's staging folder
+    q_tables = []
+    for prep_digest, tok_digest in spec.units:
+        q_tables.append(quarantine.read_quarantine(
+            StageOutput(spec.work, "prepare", prep_digest).path(".quarantine.parquet")))
+        q_tables.append(quarantine.read_quarantine(
+            StageOutput(spec.work, "tokenize", tok_digest).path(".quarantine.parquet")))
+    qtable = pa.concat_tables(q_tables) if q_tables else quarantine.to_table([])
+    qpath = out_dir / "quarantine" / f"{spec.source}.parquet"
+    qpath.parent.mkdir(parents=True, exist_ok=True)
+    quarantine.write_quarantine(qpath, qtable)
+    rel = qpath.relative_to(out_dir).as_posix()
+    if storage.is_url(spec.output_dir):
+        storage.upload_tree(out_dir, spec.output_dir, [rel])
+    return {"quarantine": {"path": rel, "rows": qtable.num_rows,
+                           "sha256": sha256_file(qpath)}}
+
+
+def write_source(spec: WriteSourceTask) -> dict[str, Any]:
+    """Write one source's shards and sidecars (its quarantine file is
+    :func:`write_source_quarantine`'s).
+
+    Returns the shard entries (paths relative to output_dir) and the ``validation``
+    record: ``{"shards", "validation"}``.
     """
     out_dir = storage.local_dir(spec.output_dir)  # for a URL: this node's staging folder
     shard_dir = out_dir / "shards" / spec.source
@@ -204,13 +243,9 @@ def write_source(spec: WriteSourceTask) -> dict[str, Any]:
     to_val, validation = _val_additions(spec)
     writers: dict[str, _SplitWriter] | None = None
     shards: list[dict[str, Any]] = []
-    q_tables = []
-    for prep_digest, tok_digest in spec.units:
-        q_tables.append(quarantine.read_quarantine(
-            StageOutput(spec.work, "prepare", prep_digest).path(".quarantine.parquet")))
-        tout = StageOutput(spec.work, "tokenize", tok_digest)
-        q_tables.append(quarantine.read_quarantine(tout.path(".quarantine.parquet")))
-        table = pq.read_table(tout.path(".tokens.parquet"))
+    for _, tok_digest in spec.units:
+        table = pq.read_table(StageOutput(spec.work, "tokenize", tok_digest)
+                              .path(".tokens.parquet"))
         if writers is None:  # the first block's metadata columns name the sidecar's
             types = {c: table.schema.field(c).type for c in table.column_names
                      if c in spec.meta_columns}
@@ -226,15 +261,6 @@ def write_source(spec: WriteSourceTask) -> dict[str, Any]:
     for w in (writers or {}).values():  # train, then val
         w.flush()
     _remove_stale_shards(shard_dir, shards)
-    qtable = pa.concat_tables(q_tables) if q_tables else quarantine.to_table([])
-    qpath = out_dir / "quarantine" / f"{spec.source}.parquet"
-    qpath.parent.mkdir(parents=True, exist_ok=True)
-    quarantine.write_quarantine(qpath, qtable)
     if storage.is_url(spec.output_dir):
-        _upload(spec, out_dir, shards, qpath)
-    return {
-        "shards": shards,
-        "quarantine": {"path": qpath.relative_to(out_dir).as_posix(), "rows": qtable.num_rows,
-                       "sha256": sha256_file(qpath)},
-        "validation": validation,
-    }
+        _upload(spec, out_dir, shards)
+    return {"shards": shards, "validation": validation}
