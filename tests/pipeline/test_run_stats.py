@@ -82,6 +82,13 @@ def test_run_shows_and_keeps_time_per_stage(tmp_path):
     assert b"seconds" not in manifest and STATS_NAME.encode() not in manifest
     html = (out / "report.html").read_text("utf-8")
     assert "<img src='stage_times.png'" in html and (out / "stage_times.png").stat().st_size
+    # the rules plot, drawn while the run's last phases went on, is the finished run's
+    from tokenmill.pipeline.report.plots import draw
+    from tokenmill.pipeline.report.tuning import rules_spec
+
+    spec = rules_spec(out, {})
+    assert "<img src='rule_measures.png'" in html
+    assert (out / spec.png).read_bytes() == draw(spec.kind, spec.data)
     again = _run(mix, out)  # a rerun: everything reused, nothing timed, same manifest
     assert again.returncode == 0, again.stderr
     assert (out / "manifest.json").read_bytes() == manifest

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,19 +70,32 @@ def _run_locked(args: argparse.Namespace, cfg: DatamixConfig) -> int:
             return 2
         if change:
             print(f"tokenmill: warning: {change}", file=sys.stderr)
+        early: dict[str, Future] = {}  # plots drawn while the run's last phases go on
         try:
             res = run_datamix(cfg, ray_address=args.ray_address, num_cpus=args.num_cpus,
-                              progress=not args.quiet)
+                              progress=not args.quiet,
+                              on_measures=None if plot_workers is None else
+                              lambda folder: early.update(draw_rules(folder, plot_workers)))
         except (SourceError, LicenseError) as e:
             print(f"tokenmill: {e}", file=sys.stderr)
             return 2
-        return _finish(args, cfg, res, plot_workers)
+        return _finish(args, cfg, res, plot_workers, early)
+
+
+def draw_rules(folder: Path, workers: PlotWorkers) -> dict[str, Future]:
+    """Submit the report's rules plot of the run in ``folder`` (its rule measures are
+    written) to ``workers``: ``{png name: future}``, empty when there are no measures."""
+    from tokenmill.pipeline.report.tuning import rules_spec
+
+    spec = rules_spec(folder, {})
+    return {} if spec is None else {spec.png: workers.submit(folder / spec.png, spec)}
 
 
 def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
-            plot_workers: PlotWorkers | None) -> int:
-    """After the pipeline: the summary, the report (drawn by ``plot_workers``), the
-    Hub-layout text, the output paths; exit status 2 for warnings under ``--strict``."""
+            plot_workers: PlotWorkers | None, early: dict[str, Future]) -> int:
+    """After the pipeline: the summary, the report (drawn by ``plot_workers``; ``early``:
+    its plots already submitted, by PNG name), the Hub-layout text, the output paths;
+    exit status 2 for warnings under ``--strict``."""
     from tokenmill import storage
     from tokenmill.manifests.summary import summary_table
     from tokenmill.pipeline.run.stage_list import cut_lines
@@ -117,7 +131,7 @@ def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,
         from tokenmill.pipeline.report.curation_report import write_report
 
         t0 = time.perf_counter()
-        rep = write_report(local, res.manifest, workers=plot_workers)
+        rep = write_report(local, res.manifest, workers=plot_workers, drawn=early)
         publish(out, [rep.html, *rep.images])
         print(f"report:   {_shown(out, local, rep.html)} ({len(rep.images)} plots, "
               f"{time.perf_counter() - t0:.1f} s)")

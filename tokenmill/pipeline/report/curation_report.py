@@ -53,7 +53,7 @@ import html
 import logging
 import os
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -617,7 +617,8 @@ _NEED_TOKENS = (_spec_waterfall, _spec_lengths)
 
 
 def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None = None,
-                 *, workers: PlotWorkers | None = None) -> ReportResult:
+                 *, workers: PlotWorkers | None = None,
+                 drawn: Mapping[str, Future] | None = None) -> ReportResult:
     """Write ``report.html`` and its PNGs into ``output_dir`` (atomically, overwriting).
 
     Args:
@@ -626,6 +627,9 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
         workers: started :class:`~tokenmill.pipeline.report.plots.PlotWorkers` to draw
             the plots in (in parallel, while this process counts the removed documents'
             tokens); None draws them here, one after the other. The files are the same.
+        drawn: plots already submitted to ``workers`` from the same data, by PNG name
+            (the rules plot, drawn while the run's last phases went on): waited for, not
+            drawn again.
 
     Returns:
         :class:`ReportResult`.
@@ -650,12 +654,15 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
                 q_rows=[], examples={}, sidecars={}, stages=stages, remaining=remaining)
     specs: dict[Callable, PlotSpec | None] = {}
     futures: dict[Callable, Future] = {}
+    early = dict(drawn or {})
 
     def submit(builds: Iterable[Callable]) -> None:
         for build in builds:
-            specs[build] = build(r)
-            if workers is not None and specs[build] is not None:
-                futures[build] = workers.submit(out / specs[build].png, specs[build])
+            specs[build] = spec = build(r)
+            if spec is not None and spec.png in early:
+                futures[build] = early[spec.png]
+            elif workers is not None and spec is not None:
+                futures[build] = workers.submit(out / spec.png, spec)
 
     submit(_EARLY)
     quarantine = _read_quarantine(out, manifest)

@@ -32,6 +32,7 @@ import logging
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,11 +184,14 @@ def plan_units(cfg: DatamixConfig, sources: list[ResolvedSource]) -> list[Unit]:
 
 def run_datamix(
     cfg: DatamixConfig, *, ray_address: str | None = None, num_cpus: int | None = None,
-    progress: bool = True,
+    progress: bool = True, on_measures: Callable[[Path], None] | None = None,
 ) -> RunResult:
     """Curate a datamix into shards + manifest under ``cfg.output_dir``.
 
     Holds the output folder's lock (:mod:`tokenmill.outputlock`) while it runs.
+    ``on_measures(folder)`` is called once the filters' rule measures are written (this
+    node's output folder, or its staging copy), while the dedup decisions, tokenization
+    and shard writing are still to come: the report draws its rules plot meanwhile.
 
     Raises:
         SourceError / LicenseError: before any work, naming the source (and license).
@@ -214,7 +218,7 @@ def run_datamix(
                 stats.phases["ray start"] = time.perf_counter() - t0 - stats.phases["plan"]
                 stats.cpus = cluster_cpus()
                 return _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
-                                stats)
+                                stats, on_measures)
 
 
 def largest_first(plan: list[Unit]) -> list[int]:
@@ -352,10 +356,16 @@ def _write(cfg: DatamixConfig, tok: TokenizerIdentity, sources: list[ResolvedSou
 
 
 def _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
-             stats: RunStats) -> RunResult:
+             stats: RunStats, on_measures: Callable[[Path], None] | None) -> RunResult:
     work = storage.join(out, "work")
+    out_dir = storage.local_dir(out)
     lap = _lap_clock(stats)
     blocks = _prepare(plan, specs, startup, progress, stats)
+    measures.write_records(out_dir / "work" / "measures", {
+        src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
+        for src in sources})
+    if on_measures is not None:
+        on_measures(out_dir)
     lap("prepare")
     removals, records = _decide(cfg, blocks, work, progress, stats)
     lap("decide")
@@ -377,11 +387,7 @@ def _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
         name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(), tokenizer=tok,
         sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
         warnings=warnings, **records)
-    out_dir = storage.local_dir(out)
     path = manifest.write(out_dir)
-    measures.write_records(out_dir / "work" / "measures", {
-        src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
-        for src in sources})
     if storage.is_url(out):  # the records, then the manifest: the run's commit, last
         storage.upload_tree(out_dir / "work" / "measures", storage.join(out, "work", "measures"))
         storage.upload(path, storage.join(out, MANIFEST_NAME))
