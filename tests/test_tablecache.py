@@ -53,6 +53,41 @@ def test_a_damaged_file_is_built_again(cache) -> None:
     assert calls == [1, 1]  # the rebuilt file replaced the damaged one
 
 
+@pytest.mark.parametrize("damage", ["npy", "other arrays", "huge header", "no digest"])
+def test_an_altered_file_is_built_again(cache, damage) -> None:
+    """A file under the table's name that is not what was written (a lone .npy, arrays
+    of another shape or content, a header claiming 8 TiB, an older file without the
+    digest) is never used: it is built again and replaced."""
+    calls: list[int] = []
+    good = cached_arrays("t", ["v1"], _counting_build(calls))
+    path = table_path("t", ["v1"])
+    if damage == "npy":
+        np.save(path.with_suffix(".tmp.npy"), np.arange(5))
+        path.with_suffix(".tmp.npy").replace(path)
+    elif damage == "other arrays":
+        with np.load(path) as f:
+            members = dict(f)
+        members["a0"] = np.zeros(3, np.int32)
+        np.savez(path.with_suffix(".tmp.npz"), **members)
+        path.with_suffix(".tmp.npz").replace(path)
+    elif damage == "huge header":
+        np.save(path.with_suffix(".tmp.npy"), np.arange(5))
+        raw = path.with_suffix(".tmp.npy").read_bytes().replace(b"(5,)", b"(1099511627776,)")
+        import zipfile
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("a0.npy", raw)
+    else:
+        np.savez(path.with_suffix(".tmp.npz"), a0=np.arange(5, dtype=np.int32),
+                 a1=np.array([7, 8], np.uint64))
+        path.with_suffix(".tmp.npz").replace(path)
+    out = cached_arrays("t", ["v1"], _counting_build(calls))
+    assert calls == [1, 1]
+    for a, b in zip(good, out, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    cached_arrays("t", ["v1"], _counting_build(calls))
+    assert calls == [1, 1]  # replaced by a sound file
+
+
 def test_a_folder_that_cannot_be_made_only_costs_the_build(tmp_path, monkeypatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -13,9 +13,10 @@ in milliseconds:
 
 The key must name every input of ``build`` (versions of Python's Unicode database, of a
 library, the defining source); a changed input gives another file name, so a stale table
-is never read. Files are written atomically and read with ``allow_pickle=False``; a file
-that cannot be read is built again and replaced, and a folder that cannot be written
-(a read-only install) only costs the build, every time.
+is never read. Files are written atomically, with a sha256 of the arrays' dtypes, shapes
+and bytes, and read with ``allow_pickle=False``; a file that cannot be read, or whose
+arrays do not match that digest, is built again and replaced, and a folder that cannot
+be written (a read-only install) only costs the build, every time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import hashlib
 import io
 import json
 import os
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,20 +61,42 @@ def cached_arrays(name: str, key: object,
         The arrays, in ``build``'s order (loaded copies, writable).
     """
     path = table_path(name, key)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return tuple(f[f"a{i}"] for i in range(len(f.files)))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        pass  # absent, or damaged: built again below
+    loaded = _load(path)
+    if loaded is not None:
+        return loaded
     arrays = tuple(build())
     buf = io.BytesIO()
-    np.savez(buf, **{f"a{i}": a for i, a in enumerate(arrays)})
+    np.savez(buf, digest=np.frombuffer(_digest(arrays), np.uint8),
+             **{f"a{i}": a for i, a in enumerate(arrays)})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, buf.getvalue())
     except OSError:
         pass  # a read-only install: built every time, as before
     return arrays
+
+
+def _digest(arrays: tuple[np.ndarray, ...]) -> bytes:
+    """sha256 over each array's dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(f"{a.dtype.str}{a.shape};".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.digest()
+
+
+def _load(path: Path) -> tuple[np.ndarray, ...] | None:
+    """The arrays of ``path`` when it holds arrays whose digest matches (the dtypes,
+    shapes and bytes that were written); None when it is absent, damaged or altered (a
+    table read wrong would make a kernel compute wrong results, or read out of bounds)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            names = sorted((n for n in f.files if n != "digest"), key=lambda n: int(n[1:]))
+            arrays = tuple(f[n] for n in names)
+            stored = f["digest"].tobytes()
+    except Exception:  # noqa: BLE001 - absent, or any damage (not a zip, a .npy, a huge
+        return None    # header): built again
+    return arrays if names and stored == _digest(arrays) else None
 
 
 def source_sha256(*files: str | os.PathLike) -> str:

@@ -382,18 +382,21 @@ def test_plot_workers_draw_the_same_files(run_dir, tmp_path):
 
 
 def test_a_plot_drawn_ahead_is_waited_for_not_drawn_again(run_dir, tmp_path):
-    """`tokenmill run` submits the rules plot while its last phases go on; the report
-    takes that drawing (its future) and does not draw the plot itself."""
+    """`tokenmill run` submits the rules plot while its last phases go on, drawn into the
+    work folder; the report takes that drawing (its future), moves it into place and does
+    not draw the plot itself."""
     from concurrent.futures import Future
 
     out = tmp_path / "out"
     shutil.copytree(run_dir, out)
     ahead = b"drawn ahead by a worker"
-    (out / "rule_measures.png").write_bytes(ahead)
+    early = out / "work" / "report-ahead" / "rule_measures.png"
+    early.parent.mkdir(parents=True)
+    early.write_bytes(ahead)
     done: Future = Future()
-    done.set_result(str(out / "rule_measures.png"))
+    done.set_result(str(early))
     res = write_report(out, drawn={"rule_measures.png": done})
-    assert (out / "rule_measures.png").read_bytes() == ahead
+    assert (out / "rule_measures.png").read_bytes() == ahead and not early.exists()
     assert out / "rule_measures.png" in res.images
     assert "<img src='rule_measures.png'" in res.html.read_text("utf-8")
     assert (out / "stage_times.png").read_bytes()[:8] == PNG_MAGIC  # the others drawn

@@ -86,3 +86,48 @@ def test_license_table_keeps_its_largest_rows_and_sums_the_rest():
     assert collapsed_license_rows(variants[:2], top=2) == [
         ["cc-by-nc", "cc-by-nc-0", "5"], ["cc-by-nc", "cc-by-nc-1", "1"]]
     json.dumps(rows)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_a_run_stopped_after_its_early_plot_leaves_the_last_report_as_it_was(tmp_path):
+    """`tokenmill run` draws the rules plot before the run ends, from a copy of the
+    measures in the work folder; a rerun with another threshold stopped then leaves the
+    finished run's rule_measures.png, work/measures and manifest as they were."""
+    from tests.shared import corpora
+    from tokenmill.pipeline.config import load_datamix
+    from tokenmill.pipeline.report.plots import render
+    from tokenmill.pipeline.report.tuning import rules_spec
+    from tokenmill.pipeline.run.executor import run_datamix
+
+    corpora("c4-en-sample")  # skips without the shared corpora
+    out = tmp_path / "out"
+
+    def mix(min_words: int) -> Path:
+        path = tmp_path / f"mix{min_words}.yaml"
+        path.write_text(f"name: ahead\ntokenizer: gpt2\ndata_root: {corpora()}\n"
+                        "sources: [{name: c4, path: c4-en-sample, max_documents: 200}]\n"
+                        f"quality: {{gopher_quality: {{min_doc_words: {min_words}}}}}\n")
+        return path
+
+    assert main(["run", str(mix(50)), "-o", str(out), "-q", "--num-cpus", "1"]) == 0
+    before = {p: (out / p).read_bytes() for p in ("rule_measures.png", "manifest.json",
+                                                  "work/measures/0000.json")}
+    drawn: list[Path] = []
+
+    def stop(ahead: Path) -> None:  # drawn ahead as `tokenmill run` does, then stopped
+        spec = rules_spec(ahead, {}, measures=ahead / "measures")
+        drawn.append(Path(render(ahead / spec.png, spec.kind, spec.data)))
+        raise _Stopped
+
+    cfg = load_datamix(mix(100), output_dir=str(out))
+    try:
+        run_datamix(cfg, num_cpus=1, progress=False, on_measures=stop)
+    except _Stopped:
+        pass
+    assert drawn and drawn[0].parent == out / "work" / "report-ahead"
+    assert json.loads((drawn[0].parent / "measures" / "0000.json").read_text())[
+        "thresholds"]["gopher_quality:word_count"][0] == 100
+    assert {p: (out / p).read_bytes() for p in before} == before

@@ -82,13 +82,14 @@ def _run_locked(args: argparse.Namespace, cfg: DatamixConfig) -> int:
         return _finish(args, cfg, res, plot_workers, early)
 
 
-def draw_rules(folder: Path, workers: PlotWorkers) -> dict[str, Future]:
-    """Submit the report's rules plot of the run in ``folder`` (its rule measures are
-    written) to ``workers``: ``{png name: future}``, empty when there are no measures."""
+def draw_rules(ahead: Path, workers: PlotWorkers) -> dict[str, Future]:
+    """Submit the report's rules plot of the running run to ``workers``, from the rule
+    measures in ``ahead/measures``, drawn into ``ahead`` (the report moves it into place):
+    ``{png name: future}``, empty when there are no measures."""
     from tokenmill.pipeline.report.tuning import rules_spec
 
-    spec = rules_spec(folder, {})
-    return {} if spec is None else {spec.png: workers.submit(folder / spec.png, spec)}
+    spec = rules_spec(ahead, {}, measures=ahead / "measures")
+    return {} if spec is None else {spec.png: workers.submit(ahead / spec.png, spec)}
 
 
 def _finish(args: argparse.Namespace, cfg: DatamixConfig, res: RunResult,

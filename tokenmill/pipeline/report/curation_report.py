@@ -628,8 +628,8 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
             the plots in (in parallel, while this process counts the removed documents'
             tokens); None draws them here, one after the other. The files are the same.
         drawn: plots already submitted to ``workers`` from the same data, by PNG name
-            (the rules plot, drawn while the run's last phases went on): waited for, not
-            drawn again.
+            (the rules plot, drawn while the run's last phases went on, into the work
+            folder): waited for and moved into place, not drawn again.
 
     Returns:
         :class:`ReportResult`.
@@ -683,10 +683,13 @@ def write_report(output_dir: str | os.PathLike, manifest: DatamixManifest | None
 
 
 def _finish(future: Future | None, path: Path, spec: PlotSpec) -> None:
-    """Wait for a worker's plot; draw it here when there is no worker or it died."""
+    """Wait for a worker's plot (one drawn ahead elsewhere is moved to ``path``); draw it
+    here when there is no worker or it died."""
     if future is not None:
         try:
-            future.result()
+            drawn_at = Path(future.result())
+            if drawn_at != path:
+                os.replace(drawn_at, path)
             return
         except BrokenProcessPool as e:
             log.warning("a report worker died (%s); drawing %s here", e, spec.png)

@@ -18,10 +18,12 @@ MEASURES_DIR = Path("work") / "measures"
 LICENSE_ROWS = 10
 
 
-def rules_spec(out: Path, skipped: dict[str, str]) -> PlotSpec | None:
-    """The ``rules`` plot (``rule_measures.png``) of the run in ``out``, or None (and a
-    line in ``skipped``) when the run recorded no rule measures."""
-    per_source = read_records(out / MEASURES_DIR)
+def rules_spec(out: Path, skipped: dict[str, str], measures: Path | None = None
+               ) -> PlotSpec | None:
+    """The ``rules`` plot (``rule_measures.png``) of the run in ``out`` (its records read
+    from ``measures``, default ``out/work/measures``), or None (and a line in
+    ``skipped``) when the run recorded no rule measures."""
+    per_source = read_records(out / MEASURES_DIR if measures is None else measures)
     rules: list[dict[str, Any]] = []
     for rule, spec in RULES.items():  # filter order, rule order
         counts = {src: rec["histograms"][rule] for src, rec in per_source.items()
@@ -34,7 +36,8 @@ def rules_spec(out: Path, skipped: dict[str, str]) -> PlotSpec | None:
                       "log": spec.log, "thresholds": thr, "removes": spec.removes,
                       "counts": counts})
     if not rules:
-        skipped["rule_measures.png"] = f"no rule measures recorded (no {MEASURES_DIR}/)"
+        skipped["rule_measures.png"] = ("no rule measures recorded (no filter with rule "
+                                        f"measures ran; {MEASURES_DIR}/)")
         return None
     return PlotSpec("rule_measures.png", "Filter rules: measures and thresholds",
                     "For every filter rule, the histogram of its measure over each source's "

@@ -189,9 +189,11 @@ def run_datamix(
     """Curate a datamix into shards + manifest under ``cfg.output_dir``.
 
     Holds the output folder's lock (:mod:`tokenmill.outputlock`) while it runs.
-    ``on_measures(folder)`` is called once the filters' rule measures are written (this
-    node's output folder, or its staging copy), while the dedup decisions, tokenization
-    and shard writing are still to come: the report draws its rules plot meanwhile.
+    ``on_measures(folder)`` is called once the filters' rule measures are written to
+    ``folder/measures`` (``folder``: ``work/report-ahead`` of this node's output folder or
+    its staging copy; the run's ``work/measures`` is written with the manifest), while the
+    dedup decisions, tokenization and shard writing are still to come: the report draws
+    its rules plot meanwhile.
 
     Raises:
         SourceError / LicenseError: before any work, naming the source (and license).
@@ -361,13 +363,16 @@ def _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
     out_dir = storage.local_dir(out)
     lap = _lap_clock(stats)
     blocks = _prepare(plan, specs, startup, progress, stats)
-    measures.write_records(out_dir / "work" / "measures", {
-        src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
-        for src in sources})
+    records = {src.name: [b.prepare_info["stages"] for b in blocks if b.source is src]
+               for src in sources}
     if on_measures is not None:
-        on_measures(out_dir)
+        # the report's early rules plot reads a copy, moved into place by the finished
+        # run's report: a run stopped before its manifest leaves the last run's as it was
+        ahead = out_dir / "work" / "report-ahead"
+        measures.write_records(ahead / "measures", records)
+        on_measures(ahead)
     lap("prepare")
-    removals, records = _decide(cfg, blocks, work, progress, stats)
+    removals, decided = _decide(cfg, blocks, work, progress, stats)
     lap("decide")
     _tokenize(cfg, tok, blocks, removals, work, progress, stats)
     lap("tokenize")
@@ -386,8 +391,9 @@ def _execute(cfg, tok, sources, plan, specs, startup, out, progress, t0,
     manifest = DatamixManifest(
         name=cfg.name, config=cfg.content_dict(), config_sha256=cfg.sha256(), tokenizer=tok,
         sources=entries, quarantine=[QuarantineEntry(**w["quarantine"]) for w in written],
-        warnings=warnings, **records)
+        warnings=warnings, **decided)
     path = manifest.write(out_dir)
+    measures.write_records(out_dir / "work" / "measures", records)
     if storage.is_url(out):  # the records, then the manifest: the run's commit, last
         storage.upload_tree(out_dir / "work" / "measures", storage.join(out, "work", "measures"))
         storage.upload(path, storage.join(out, MANIFEST_NAME))

@@ -11,7 +11,7 @@ import numpy as np
 
 from tokenmill.pipeline.dedup.minhash.kernels import char_tables, signatures_kernel
 from tokenmill.pipeline.dedup.minhash.reference import SCHEME, shingle_hash32
-from tokenmill.tablecache import cached_arrays
+from tokenmill.tablecache import cached_arrays, source_sha256
 
 _PAD = bytes(64)
 
@@ -21,7 +21,8 @@ def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """datasketch's ``(a, b)`` permutations (uint32 ``(num_perm,)`` each) of a MinHash of
     ``num_perm`` and ``seed``: taken from datasketch once per machine, then loaded from
     :mod:`tokenmill.tablecache` (importing datasketch costs a Ray worker about 0.3 s)."""
-    key = [num_perm, seed, SCHEME, importlib.metadata.version("datasketch")]
+    key = [num_perm, seed, SCHEME, importlib.metadata.version("datasketch"),
+           source_sha256(__file__)]
     return cached_arrays("minhash-permutations", key,  # type: ignore[return-value]
                          lambda: _datasketch_permutations(num_perm, seed))
 
