@@ -252,12 +252,10 @@ def _apply_table(docs: dict[str, Document] | None, table: pa.Table,
     return out
 
 
-def _commit(out: StageOutput, docs: pa.Table, rejected: list[Rejection] | pa.Table,
+def _commit(out: StageOutput, docs: pa.Table, rejected: pa.Table,
             info: dict[str, Any]) -> None:
     out.dir.mkdir(parents=True, exist_ok=True)
     write_parquet(out.path(".docs.parquet"), docs)
-    if not isinstance(rejected, pa.Table):
-        rejected = quarantine.to_table(rejected)
     quarantine.write_quarantine(out.path(".quarantine.parquet"), rejected)
     out.commit([".docs.parquet", ".quarantine.parquet"], info)
 
@@ -296,7 +294,7 @@ def _read_block(spec: PrepareTask, index: int, out: StageOutput
         reasons[r.reason] = reasons.get(r.reason, 0) + 1
     info = {"read": n_read, "last": last, "rejected": dict(sorted(reasons.items())),
             "files": per_file}
-    _commit(out, _docs_table(docs), rejected, info)
+    _commit(out, _docs_table(docs), quarantine.to_table(rejected), info)
     return docs, info, False
 
 
@@ -322,7 +320,8 @@ def _document_stage(out: StageOutput, step: DocumentStage, docs: list[Document]
     if record["histograms"]:  # kept with the stage's output, so a reused stage has it too
         info["measures"] = {"histograms": record["histograms"][step.name],
                             "thresholds": record["thresholds"]}
-    _commit(out, _docs_table(kept, [d.text != before[d.key] for d in kept]), rejected, info)
+    _commit(out, _docs_table(kept, [d.text != before[d.key] for d in kept]),
+            quarantine.to_table(rejected), info)
     return kept, info, False
 
 
